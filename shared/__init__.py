@@ -1,0 +1,1 @@
+"""Contracts every Conch service imports: configuration, tensors, envelopes, Redis names, errors."""

@@ -1,0 +1,1 @@
+"""Worker services: one per backend, each pulling batches of the models it loaded."""

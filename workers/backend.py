@@ -1,0 +1,170 @@
+"""The contract between the generic worker loop and a backend.
+
+A backend turns a model version directory into :class:`ModelInstance` objects; an instance
+executes a batch of requests and returns one result per request. Backends whose model is one
+batched tensor call (ONNX Runtime, PyTorch, TensorRT) derive from :class:`TensorModelInstance`,
+which concatenates the requests along the batch dimension, runs once and splits the outputs.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from shared.errors import ConchError, ErrorCode
+from shared.model_config import InstanceGroup, ModelConfig
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """Everything a backend needs to load one instance of one model version."""
+
+    config: ModelConfig
+    version: int
+    version_path: Path
+    model_path: Path  # <repo>/<model>
+    instance_group: InstanceGroup
+    instance_index: int
+    # "cpu", or "gpu" with a device id, resolved from the instance group's kind and the host.
+    device: str = "cpu"
+    device_id: int = 0
+
+    @property
+    def model_file(self) -> Path:
+        return self.version_path / self.config.model_filename
+
+
+@dataclass
+class ModelRequest:
+    id: str
+    inputs: dict[str, np.ndarray]
+    # Names of the outputs to return (already resolved: every output when none was asked for).
+    requested_outputs: list[str]
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def batch_size(self) -> int:
+        first = next(iter(self.inputs.values()), None)
+        return int(first.shape[0]) if first is not None and first.ndim else 1
+
+
+@dataclass
+class ModelResult:
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    error: ConchError | None = None
+
+
+@dataclass
+class Execution:
+    """One result per request, in order, plus the phase durations Triton reports."""
+
+    results: list[ModelResult]
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+
+
+class ModelInstance(abc.ABC):
+    """One loaded copy of a model version; ``execute`` runs in a worker thread."""
+
+    @abc.abstractmethod
+    def execute(self, requests: list[ModelRequest]) -> Execution: ...
+
+    def warmup(self) -> None:  # noqa: B027 - optional hook
+        """Run the config's model_warmup samples; the version is READY only after this."""
+
+    def unload(self) -> None:  # noqa: B027 - optional hook
+        """Release the instance's resources."""
+
+
+class Backend(abc.ABC):
+    """A family of models a worker service can load, e.g. every ``onnxruntime_onnx`` model."""
+
+    name: ClassVar[str]
+
+    def accepts(self, config: ModelConfig) -> bool:
+        return config.backend == self.name
+
+    @abc.abstractmethod
+    def load(self, spec: LoadSpec) -> ModelInstance: ...
+
+    def check_host(self) -> None:  # noqa: B027 - optional hook
+        """Raise ConchError with one clear line when this host cannot run the backend at all."""
+
+
+class TensorModelInstance(ModelInstance):
+    """Batch concatenation and splitting for backends that run one tensor call per batch."""
+
+    def __init__(self, config: ModelConfig):
+        self.config = config
+
+    @abc.abstractmethod
+    def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
+        """Run the model on (batched) inputs; return at least the named outputs."""
+
+    def execute(self, requests: list[ModelRequest]) -> Execution:
+        if self.config.max_batch_size == 0 or len(requests) == 1:
+            return self._execute_each(requests)
+        t0 = time.perf_counter_ns()
+        names = self.config.input_names
+        batched = {
+            name: np.concatenate([r.inputs[name] for r in requests])
+            for name in names
+            if name in requests[0].inputs
+        }
+        wanted = _union_outputs(requests)
+        t1 = time.perf_counter_ns()
+        try:
+            outputs = self.run(batched, wanted)
+        except ConchError as exc:
+            return Execution([ModelResult(error=exc) for _ in requests])
+        except Exception as exc:  # the model failed: every request of the batch gets the error
+            error = ConchError(ErrorCode.INTERNAL, f"model '{self.config.name}' failed: {exc}")
+            return Execution([ModelResult(error=error) for _ in requests])
+        t2 = time.perf_counter_ns()
+        results: list[ModelResult] = []
+        offset = 0
+        for request in requests:
+            size = request.batch_size
+            results.append(
+                ModelResult(
+                    outputs={
+                        name: outputs[name][offset : offset + size]
+                        for name in request.requested_outputs
+                    }
+                )
+            )
+            offset += size
+        t3 = time.perf_counter_ns()
+        return Execution(results, t1 - t0, t2 - t1, t3 - t2)
+
+    def _execute_each(self, requests: list[ModelRequest]) -> Execution:
+        results: list[ModelResult] = []
+        infer_ns = 0
+        for request in requests:
+            t0 = time.perf_counter_ns()
+            try:
+                outputs = self.run(request.inputs, request.requested_outputs)
+                results.append(
+                    ModelResult(outputs={n: outputs[n] for n in request.requested_outputs})
+                )
+            except ConchError as exc:
+                results.append(ModelResult(error=exc))
+            except Exception as exc:
+                error = ConchError(ErrorCode.INTERNAL, f"model '{self.config.name}' failed: {exc}")
+                results.append(ModelResult(error=error))
+            infer_ns += time.perf_counter_ns() - t0
+        return Execution(results, 0, infer_ns, 0)
+
+
+def _union_outputs(requests: list[ModelRequest]) -> list[str]:
+    seen: dict[str, None] = {}
+    for request in requests:
+        for name in request.requested_outputs:
+            seen.setdefault(name, None)
+    return list(seen)
