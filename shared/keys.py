@@ -37,7 +37,7 @@ def model_versions(model: str) -> str:
 
 
 def ready(model: str, version: int) -> str:
-    """ZSET worker id -> heartbeat expiry (ms since epoch); live while the score is in the future."""
+    """ZSET worker id -> heartbeat expiry (ms since epoch); live while the score is ahead."""
     return f"{_model(model)}:ready:{version}"
 
 

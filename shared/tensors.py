@@ -78,15 +78,16 @@ def json_to_bytes(data: Any, datatype: str, shape: Sequence[int], name: str) -> 
     except ValueError as exc:
         raise invalid(f"'data' of input '{name}' is ragged or malformed: {exc}") from None
     kind = arr.dtype.kind
-    if kind not in "biuf" or (kind == "f" and dt.dtype.kind in "biu") or (
-        kind in "iuf" and datatype == "BOOL"
+    if (
+        kind not in "biuf"
+        or (kind == "f" and dt.dtype.kind in "biu")
+        or (kind in "iuf" and datatype == "BOOL")
     ):
         if arr.size == 0 and kind == "f":
             pass  # np.asarray([]) is float64; an empty tensor has no values to check
         else:
             raise invalid(
-                f"'data' of input '{name}' must hold {datatype} values, got "
-                f"{_describe_kind(kind)}"
+                f"'data' of input '{name}' must hold {datatype} values, got {_describe_kind(kind)}"
             )
     if arr.size != expected:
         raise invalid(
@@ -154,7 +155,9 @@ def _flatten_strings(data: Any, name: str) -> list[bytes | str]:
         elif isinstance(item, str | bytes):
             out.append(item)
         else:
-            raise invalid(f"'data' of BYTES input '{name}' must hold strings, got {type(item).__name__}")
+            raise invalid(
+                f"'data' of BYTES input '{name}' must hold strings, got {type(item).__name__}"
+            )
     return out
 
 

@@ -48,7 +48,7 @@ def providers_for(spec: LoadSpec) -> list[Any]:
     """Providers to ask for: GPU ones for KIND_GPU/KIND_AUTO where the build offers them."""
     kind = spec.instance_group.kind
     available = ort.get_available_providers()
-    if kind == "KIND_CPU" or spec.device == "cpu" and kind != "KIND_GPU":
+    if kind == "KIND_CPU" or (spec.device == "cpu" and kind != "KIND_GPU"):
         return ["CPUExecutionProvider"]
     providers: list[Any] = []
     accelerators = (spec.config.optimization or {}).get("execution_accelerators", {})

@@ -1,0 +1,206 @@
+"""The Litestar application: KServe v2 REST routes over the data plane.
+
+``create_app(settings)`` builds one process's app; ``app_from_env`` is the factory uvicorn calls
+in each gateway process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from litestar import Litestar, Request, Response, get, post
+
+from gateway.dataplane import DataPlane
+from gateway.errors import EXCEPTION_HANDLERS
+from gateway.http_codec import HEADER_LENGTH, decompress, encode_infer_response, parse_infer_request
+from gateway.model_table import ModelTable
+from gateway.replies import ReplyRouter
+from gateway.settings import GatewaySettings
+from shared import logs, redis_conn, registry
+from shared.errors import ConchError, ErrorCode
+
+log = logging.getLogger(__name__)
+_json = msgspec.json.Encoder()
+
+SERVER_NAME = "conch"
+SERVER_VERSION = "0.1.0"
+EXTENSIONS = ["binary_tensor_data", "model_configuration", "schedule_policy", "parameters"]
+
+
+class GatewayState:
+    def __init__(self, settings: GatewaySettings):
+        self.settings = settings
+        self.id = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.redis = redis_conn.connect(
+            settings.redis_url, max_connections=settings.redis_pool_size, name="conch-gateway"
+        )
+        self.table = ModelTable(self.redis, settings.refresh_interval_ms / 1000)
+        self.replies = ReplyRouter(settings.redis_url, self.id)
+        self.dataplane = DataPlane(
+            self.redis, self.table, self.replies, settings.default_timeout_ms
+        )
+
+    async def heartbeat(self) -> None:
+        s = self.settings
+        info = {"host": s.advertise_host, "port": str(s.http_port), "pid": str(os.getpid())}
+        while True:
+            try:
+                await registry.heartbeat(self.redis, "gateway", self.id, info, s.heartbeat_ttl_ms)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("gateway heartbeat failed")
+            await asyncio.sleep(s.heartbeat_interval_ms / 1000)
+
+
+def _state(request: Request) -> GatewayState:
+    return request.app.state.gateway
+
+
+def _json_response(body: Any, status: int = 200) -> Response:
+    return Response(content=_json.encode(body), status_code=status, media_type="application/json")
+
+
+@get("/v2")
+async def server_metadata() -> Response:
+    return _json_response(
+        {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
+    )
+
+
+@get("/v2/health/live")
+async def health_live() -> Response:
+    return Response(content=b"", status_code=200)
+
+
+@get("/v2/health/ready")
+async def health_ready(request: Request) -> Response:
+    state = _state(request)
+    try:
+        await state.redis.ping()
+    except Exception:
+        return Response(content=b"", status_code=503)
+    return Response(content=b"", status_code=200 if state.table.loaded.is_set() else 503)
+
+
+@get(["/v2/models/{model:str}", "/v2/models/{model:str}/versions/{version:str}"])
+async def model_metadata(request: Request, model: str, version: str | None = None) -> Response:
+    state = _state(request)
+    config = state.table.config(model)
+    known = sorted(state.table.versions.get(model, {}))
+    if version is not None:
+        state.table.resolve_version(model, version)
+    batch = [-1] if config.max_batch_size > 0 else []
+    return _json_response(
+        {
+            "name": model,
+            "versions": [str(v) for v in known],
+            "platform": config.platform or config.backend,
+            "inputs": [
+                {"name": t.name, "datatype": t.datatype, "shape": batch + t.dims}
+                for t in config.inputs
+            ],
+            "outputs": [
+                {"name": t.name, "datatype": t.datatype, "shape": batch + t.dims}
+                for t in config.outputs
+            ],
+        }
+    )
+
+
+@get(["/v2/models/{model:str}/ready", "/v2/models/{model:str}/versions/{version:str}/ready"])
+async def model_ready(request: Request, model: str, version: str | None = None) -> Response:
+    ready = _state(request).table.is_ready(model, version)
+    return Response(content=b"", status_code=200 if ready else 400)
+
+
+@get(["/v2/models/{model:str}/config", "/v2/models/{model:str}/versions/{version:str}/config"])
+async def model_config(request: Request, model: str, version: str | None = None) -> Response:
+    state = _state(request)
+    config = state.table.config(model)
+    if version is not None:
+        state.table.resolve_version(model, version)
+    return _json_response(config.to_json())
+
+
+@post(
+    ["/v2/models/{model:str}/infer", "/v2/models/{model:str}/versions/{version:str}/infer"],
+    status_code=200,
+)
+async def infer(request: Request, model: str, version: str | None = None) -> Response:
+    state = _state(request)
+    headers = request.headers
+    body = decompress(await request.body(), headers.get("content-encoding"))
+    parsed = parse_infer_request(body, headers.get(HEADER_LENGTH))
+    outcome = await state.dataplane.infer(model, version, parsed)
+    binary = {o.name: o.binary for o in outcome.request.outputs}
+    if not outcome.request.outputs and parsed.binary_default:
+        binary = {t.name: True for t in outcome.reply.outputs}
+    content, header_length = encode_infer_response(
+        model, outcome.version, parsed.id, outcome.reply.outputs, binary
+    )
+    if header_length is None:
+        return Response(content=content, media_type="application/json")
+    return Response(
+        content=content,
+        media_type="application/octet-stream",
+        headers={"Inference-Header-Content-Length": str(header_length)},
+    )
+
+
+def create_app(settings: GatewaySettings) -> Litestar:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        state = GatewayState(settings)
+        app.state.gateway = state
+        tasks = [
+            asyncio.create_task(state.table.run(), name="model-table"),
+            asyncio.create_task(state.replies.run(), name="reply-reader"),
+            asyncio.create_task(state.heartbeat(), name="heartbeat"),
+        ]
+        try:
+            await asyncio.wait_for(state.table.loaded.wait(), timeout=10)
+        except TimeoutError:
+            log.warning("model table not loaded yet; serving anyway")
+        log.info("gateway process ready", extra={"gateway": state.id, "port": settings.http_port})
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await registry.deregister(state.redis, "gateway", state.id)
+            await state.redis.aclose()
+
+    return Litestar(
+        route_handlers=[
+            server_metadata,
+            health_live,
+            health_ready,
+            model_metadata,
+            model_ready,
+            model_config,
+            infer,
+        ],
+        lifespan=[lifespan],
+        exception_handlers=EXCEPTION_HANDLERS,
+        openapi_config=None,
+    )
+
+
+def app_from_env() -> Litestar:
+    """uvicorn's factory: settings are read here, in each gateway process, not at import."""
+    settings = GatewaySettings.from_env()
+    logs.setup("gateway", settings.log_level, settings.log_format)
+    return create_app(settings)
+
+
+__all__ = ["ConchError", "ErrorCode", "app_from_env", "create_app"]

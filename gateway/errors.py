@@ -1,0 +1,67 @@
+"""The one map from protocol-neutral error codes to HTTP statuses (Triton's HttpCodeFromError)."""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import HTTPException
+
+from shared.errors import ConchError, ErrorCode
+
+log = logging.getLogger(__name__)
+
+HTTP_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.UNKNOWN: 400,
+    ErrorCode.INVALID_ARG: 400,
+    ErrorCode.ALREADY_EXISTS: 400,
+    ErrorCode.CANCELLED: 400,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.INTERNAL: 500,
+    ErrorCode.UNSUPPORTED: 501,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.DEADLINE_EXCEEDED: 503,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.RESOURCE_EXHAUSTED: 429,
+}
+
+_json = msgspec.json.Encoder()
+
+
+def error_response(code: ErrorCode, message: str, retry_after_s: float | None = None) -> Response:
+    headers = {}
+    if retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, int(retry_after_s + 0.999)))
+    return Response(
+        content=_json.encode({"error": message}),
+        status_code=HTTP_STATUS.get(code, 500),
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def conch_error_handler(_: Request, exc: ConchError) -> Response:
+    return error_response(exc.code, exc.message, exc.retry_after_s)
+
+
+def http_error_handler(_: Request, exc: HTTPException) -> Response:
+    return Response(
+        content=_json.encode({"error": exc.detail}),
+        status_code=exc.status_code,
+        media_type="application/json",
+        headers=exc.headers,
+    )
+
+
+def unexpected_error_handler(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error", extra={"path": request.url.path})
+    return error_response(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+
+EXCEPTION_HANDLERS = {
+    ConchError: conch_error_handler,
+    HTTPException: http_error_handler,
+    Exception: unexpected_error_handler,
+}

@@ -1,0 +1,75 @@
+"""One reply reader per gateway process: resolves the waiting request by its id.
+
+Replies arrive on this process's own stream. Delivery upstream is at-least-once, so a reply for
+a request that is no longer waiting (answered already, or timed out) is ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import redis.asyncio as aioredis
+
+from shared import keys, redis_conn
+from shared.envelope import Reply, decode_reply
+
+log = logging.getLogger(__name__)
+
+
+class ReplyRouter:
+    def __init__(self, redis_url: str, owner_id: str):
+        self.stream = keys.reply_stream(owner_id)
+        self._redis_url = redis_url
+        self._pending: dict[str, asyncio.Future[Reply]] = {}
+        self.duplicates = 0
+
+    def expect(self, request_id: str) -> asyncio.Future[Reply]:
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        return future
+
+    def forget(self, request_id: str) -> None:
+        self._pending.pop(request_id, None)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def run(self) -> None:
+        client: aioredis.Redis = redis_conn.dedicated(self._redis_url, name="conch-gateway-replies")
+        last_id = b"0-0"
+        try:
+            while True:
+                try:
+                    reply = await client.xread({self.stream: last_id}, count=512, block=1000)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("reply stream read failed; retrying")
+                    await asyncio.sleep(0.2)
+                    continue
+                for _stream, messages in reply or []:
+                    for entry_id, fields in messages:
+                        last_id = entry_id
+                        self._resolve(fields.get(keys.FIELD_DATA))
+        finally:
+            try:
+                await client.delete(self.stream)
+            finally:
+                await client.aclose()
+
+    def _resolve(self, payload: bytes | None) -> None:
+        if payload is None:
+            return
+        try:
+            reply = decode_reply(payload)
+        except Exception:
+            log.exception("undecodable reply dropped")
+            return
+        future = self._pending.pop(reply.id, None)
+        if future is None or future.done():
+            self.duplicates += 1
+            log.debug("reply for a request no longer waiting", extra={"request": reply.id})
+            return
+        future.set_result(reply)

@@ -1,0 +1,24 @@
+"""Gateway settings, from CONCH_GATEWAY_* (and CONCH_REDIS_URL)."""
+
+from __future__ import annotations
+
+from shared.settings import Settings
+
+
+class GatewaySettings(Settings, kw_only=True):
+    __prefix__ = "CONCH_GATEWAY_"
+
+    host: str = "0.0.0.0"
+    http_port: int = 8000
+    # Processes sharing the HTTP port; each has its own Redis pool and reply reader.
+    processes: int = 2
+    # Address other services (Envoy, the control plane) reach this gateway at.
+    advertise_host: str = "127.0.0.1"
+    # Every request is answered by this deadline at the latest (a `timeout` parameter may lower
+    # how long it may wait in the queue, never raise this).
+    default_timeout_ms: int = 30_000
+    heartbeat_interval_ms: int = 1_000
+    heartbeat_ttl_ms: int = 3_000
+    # How often the model table (configs, ready versions) is re-read from Redis.
+    refresh_interval_ms: int = 250
+    redis_pool_size: int = 64

@@ -1,0 +1,1 @@
+"""The scheduler: queue policies and dynamic batching between request and batch streams."""

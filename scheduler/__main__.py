@@ -1,0 +1,18 @@
+"""``python -m scheduler`` / ``conch scheduler``."""
+
+from __future__ import annotations
+
+from scheduler.service import SchedulerService
+from scheduler.settings import SchedulerSettings
+from shared import logs
+from shared.runner import run_service
+
+
+def main() -> None:
+    settings = SchedulerSettings.from_env()
+    logs.setup("scheduler", settings.log_level, settings.log_format)
+    run_service(SchedulerService(settings).run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""Scheduler settings, from CONCH_SCHEDULER_* (and CONCH_REDIS_URL)."""
+
+from __future__ import annotations
+
+from shared.settings import Settings
+
+
+class SchedulerSettings(Settings, kw_only=True):
+    __prefix__ = "CONCH_SCHEDULER_"
+
+    health_host: str = "0.0.0.0"
+    health_port: int = 8010
+    heartbeat_interval_ms: int = 1_000
+    heartbeat_ttl_ms: int = 3_000
+    refresh_interval_ms: int = 500
+    # Entries read per XREADGROUP call.
+    read_count: int = 512
+    # How often pending entries of dead schedulers are looked for.
+    reclaim_interval_ms: int = 1_000
+    # An entry delivered more often than this is answered with an error instead of retried.
+    max_deliveries: int = 3
+    # Batches queued per live execution instance before new batches are held back to grow.
+    queued_batches_per_instance: int = 1
+    # While held back, how often the batch stream's backlog is re-read.
+    backlog_poll_us: int = 500

@@ -1,0 +1,284 @@
+"""The queue of one (model, version): policy (deadlines, queue timeouts), batching, dispatch.
+
+Requests read from the priority streams wait here, in service order (priority, then arrival;
+requests delayed by a DELAY timeout policy go behind the others of their level). A task per queue
+asks the pure batcher what to send and dispatches it atomically: the batch is added to the batch
+stream and its requests acked and deleted from the request streams in one transaction, so a
+request is either still queued or in exactly one batch.
+
+Batches are held back while the workers already have enough queued: the pending batch keeps
+growing (up to max_batch_size) while every instance is busy, as Triton's payload does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+
+from scheduler.batcher import BatchPolicy, decide
+from shared import envelope, keys
+from shared.envelope import Batch, RequestHeader
+from shared.errors import ErrorCode
+from shared.model_config import ModelConfig
+from shared.publish import queue_replies
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(order=True)
+class Pending:
+    sort_key: tuple[int, int, int]
+    header: RequestHeader = field(compare=False)
+    stream: bytes = field(compare=False)
+    entry_id: bytes = field(compare=False)
+    data: bytes = field(compare=False)
+    arrival_us: float = field(compare=False)
+
+    @property
+    def batch_size(self) -> int:
+        return self.header.batch_size
+
+    @property
+    def shape_sig(self) -> str:
+        return self.header.shape_sig
+
+
+def policy_for(config: ModelConfig) -> BatchPolicy:
+    batching = config.dynamic_batching
+    if batching is None:
+        return BatchPolicy(max_batch_size=config.max_batch_size, enabled=False)
+    return BatchPolicy(
+        max_batch_size=config.max_batch_size,
+        preferred_batch_sizes=tuple(batching.preferred_batch_size),
+        max_queue_delay_us=batching.max_queue_delay_microseconds,
+    )
+
+
+class VersionQueue:
+    def __init__(
+        self,
+        r: aioredis.Redis,
+        config: ModelConfig,
+        version: int,
+        backlog_poll_us: int,
+        queued_per_instance: int,
+    ):
+        self._redis = r
+        self.model = config.name
+        self.version = version
+        self.policy = policy_for(config)
+        self.batch_stream = keys.batch_stream(self.model, version)
+        self._pending: list[Pending] = []
+        self._ids: set[bytes] = set()
+        self._seq = 0
+        self._arrived = asyncio.Event()
+        self._backlog = 0
+        self._backlog_poll_s = backlog_poll_us / 1e6
+        self._per_instance = queued_per_instance
+        self.instances = 1
+        self.batches = 0
+        self.batched_requests = 0
+
+    def update(self, config: ModelConfig, instances: int) -> None:
+        self.policy = policy_for(config)
+        self.instances = max(1, instances)
+
+    def add(self, header: RequestHeader, stream: bytes, entry_id: bytes, data: bytes) -> None:
+        if entry_id in self._ids:
+            return
+        self._seq += 1
+        item = Pending(
+            (header.priority, 0, self._seq),
+            header,
+            stream,
+            entry_id,
+            data,
+            time.monotonic() * 1e6,
+        )
+        bisect.insort(self._pending, item)
+        self._ids.add(entry_id)
+        self._arrived.set()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    @property
+    def _limit(self) -> int:
+        return self.instances * (1 + self._per_instance)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("queue step failed", extra={"model": self.model})
+                await asyncio.sleep(0.1)
+
+    async def _step(self) -> None:
+        await self._expire()
+        now_us = time.monotonic() * 1e6
+        decision = decide(self._pending, now_us, self.policy)
+        held = False
+        if decision.take:
+            if self._backlog < self._limit:
+                await self._dispatch(decision.take)
+                return
+            held = True
+            self._backlog = int(await self._redis.xlen(self.batch_stream))
+            if self._backlog < self._limit:
+                return  # capacity freed: decide again at once, the batch may have grown
+        timeout: float | None = None
+        if held:
+            timeout = self._backlog_poll_s
+        elif decision.wake_at_us is not None:
+            timeout = max(0.0, (decision.wake_at_us - now_us) / 1e6)
+        expiry = self._next_expiry_s()
+        if expiry is not None:
+            timeout = expiry if timeout is None else min(timeout, expiry)
+        self._arrived.clear()
+        if timeout is None:
+            await self._arrived.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._arrived.wait(), timeout)
+
+    def _next_expiry_s(self) -> float | None:
+        """Seconds until the earliest deadline or queue timeout among pending requests."""
+        if not self._pending:
+            return None
+        now_ms = time.time() * 1000
+        soonest = min(_expiry_ms(p.header) for p in self._pending)
+        return max(0.0, (soonest - now_ms) / 1000) + 0.0005
+
+    async def _expire(self) -> None:
+        if not self._pending:
+            return
+        now_ms = time.time() * 1000
+        expired: list[tuple[Pending, str]] = []
+        keep: list[Pending] = []
+        moved = False
+        for item in self._pending:
+            h = item.header
+            if now_ms >= h.deadline_ms:
+                expired.append(
+                    (
+                        item,
+                        "Request timeout expired: the request's deadline passed "
+                        "before it could be scheduled",
+                    )
+                )
+            elif (
+                h.queue_timeout_us
+                and item.sort_key[1] == 0
+                and (now_ms >= h.enqueued_ms + h.queue_timeout_us / 1000)
+            ):
+                if h.delay_on_timeout:
+                    item.sort_key = (item.sort_key[0], 1, item.sort_key[2])
+                    moved = True
+                    keep.append(item)
+                else:
+                    expired.append((item, "Request timeout expired"))
+            else:
+                keep.append(item)
+        if not expired and not moved:
+            return
+        keep.sort()
+        self._pending = keep
+        if expired:
+            await self.answer_errors(
+                [(i.header, i.stream, i.entry_id) for i, _ in expired],
+                [msg for _, msg in expired],
+                ErrorCode.UNAVAILABLE,
+            )
+            for item, _ in expired:
+                self._ids.discard(item.entry_id)
+
+    async def answer_errors(
+        self,
+        items: list[tuple[RequestHeader, bytes, bytes]],
+        messages: list[str],
+        code: ErrorCode,
+    ) -> None:
+        """Answer requests with an error and remove them from their streams."""
+        by_stream: dict[bytes, list[bytes]] = defaultdict(list)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            queue_replies(
+                pipe,
+                (
+                    (
+                        h.reply_to,
+                        envelope.error_reply(h.id, self.model, self.version, code.value, msg),
+                    )
+                    for (h, _, _), msg in zip(items, messages, strict=True)
+                ),
+            )
+            for _, stream, entry_id in items:
+                by_stream[stream].append(entry_id)
+            _ack_delete(pipe, by_stream)
+            await pipe.execute()
+        log.warning(
+            "requests answered with an error by the scheduler",
+            extra={
+                "model": self.model,
+                "version": self.version,
+                "count": len(items),
+                "reason": messages[0],
+            },
+        )
+
+    async def _dispatch(self, take: int) -> None:
+        chosen, self._pending = self._pending[:take], self._pending[take:]
+        now_ms = time.time() * 1000
+        batch = Batch(
+            batch_id=uuid.uuid4().hex,
+            model=self.model,
+            version=self.version,
+            formed_ms=int(now_ms),
+            requests=[p.data for p in chosen],
+            queue_ns=[max(0, int((now_ms - p.header.enqueued_ms) * 1e6)) for p in chosen],
+        )
+        by_stream: dict[bytes, list[bytes]] = defaultdict(list)
+        for p in chosen:
+            by_stream[p.stream].append(p.entry_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(self.batch_stream, {keys.FIELD_DATA: envelope.encode(batch)})
+            _ack_delete(pipe, by_stream)
+            pipe.xlen(self.batch_stream)
+            results = await pipe.execute()
+        self._backlog = int(results[-1])
+        for p in chosen:
+            self._ids.discard(p.entry_id)
+        self.batches += 1
+        self.batched_requests += len(chosen)
+        log.debug(
+            "batch dispatched",
+            extra={
+                "model": self.model,
+                "version": self.version,
+                "batch_size": len(chosen),
+                "backlog": self._backlog,
+            },
+        )
+
+
+def _expiry_ms(header: RequestHeader) -> float:
+    expiry = float(header.deadline_ms)
+    if header.queue_timeout_us and not header.delay_on_timeout:
+        expiry = min(expiry, header.enqueued_ms + header.queue_timeout_us / 1000)
+    return expiry
+
+
+def _ack_delete(pipe: aioredis.client.Pipeline, by_stream: dict[bytes, list[bytes]]) -> None:
+    for stream, ids in by_stream.items():
+        pipe.xack(stream, keys.SCHEDULER_GROUP, *ids)
+        pipe.xdel(stream, *ids)

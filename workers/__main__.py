@@ -1,0 +1,40 @@
+"""``python -m workers --backend NAME`` / ``conch worker --backend NAME``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from shared import logs
+from shared.errors import ConchError
+from shared.runner import run_service
+from workers.settings import WorkerSettings
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="conch worker", description=__doc__)
+    parser.add_argument("--backend", help="onnxruntime | pytorch | python | tensorrt")
+    parser.add_argument("--model-repository", help="path of the Triton model repository")
+    parser.add_argument("--models", help="comma-separated model names (default: all)")
+    parser.add_argument("--health-port", type=int)
+    args = parser.parse_args(argv)
+    settings = WorkerSettings.from_env(
+        backend=args.backend,
+        model_repository=args.model_repository,
+        models=args.models.split(",") if args.models else None,
+        health_port=args.health_port,
+    )
+    logs.setup(f"worker-{settings.backend}", settings.log_level, settings.log_format)
+    from workers.service import WorkerService
+
+    try:
+        service = WorkerService(settings)
+        service.backend.check_host()
+    except ConchError as exc:
+        print(f"conch worker: {exc.message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    run_service(service.run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Loading a repository's models for one backend: versions by policy, instances by group."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from shared import gpu
+from shared.errors import ConchError, ErrorCode
+from shared.repository import RepositoryModel
+from workers.backend import Backend, LoadSpec, ModelInstance
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadedVersion:
+    model: RepositoryModel
+    version: int
+    instances: list[ModelInstance] = field(default_factory=list)
+    load_seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+
+def device_for(kind: str, gpus: list[int], index: int) -> tuple[str, int]:
+    """Triton's instance kinds: KIND_GPU needs a GPU, KIND_AUTO uses one where present."""
+    count = gpu.gpu_count()
+    if kind == "KIND_CPU" or kind == "KIND_MODEL":
+        return "cpu", 0
+    if count == 0:
+        if kind == "KIND_GPU":
+            raise ConchError(
+                ErrorCode.UNAVAILABLE, "instance group kind KIND_GPU needs a GPU; none is visible"
+            )
+        return "cpu", 0
+    if gpus:
+        return "gpu", gpus[index % len(gpus)]
+    return "gpu", index % count
+
+
+def load_version(backend: Backend, model: RepositoryModel, version: int) -> LoadedVersion:
+    """Load every instance of one version and run its warmup (before it may be READY)."""
+    started = time.monotonic()
+    loaded = LoadedVersion(model, version)
+    config = model.config
+    try:
+        for group in config.instance_groups:
+            for index in range(group.count):
+                device, device_id = device_for(group.kind, group.gpus, index)
+                spec = LoadSpec(
+                    config=config,
+                    version=version,
+                    version_path=model.version_path(version),
+                    model_path=model.path,
+                    instance_group=group,
+                    instance_index=index,
+                    device=device,
+                    device_id=device_id,
+                )
+                instance = backend.load(spec)
+                loaded.instances.append(instance)
+                run_warmup(instance, spec)
+    except Exception:
+        for instance in loaded.instances:
+            try:
+                instance.unload()
+            except Exception:
+                log.exception("unload after a failed load failed")
+        raise
+    loaded.load_seconds = time.monotonic() - started
+    return loaded
+
+
+def run_warmup(instance: ModelInstance, spec: LoadSpec) -> None:
+    try:
+        from workers.warmup import warmup_batches
+    except ImportError:  # warmup support not installed in this build
+        return
+    for batch in warmup_batches(spec.config, spec.version_path):
+        execution = instance.execute(batch)
+        failed = [r.error for r in execution.results if r.error is not None]
+        if failed:
+            raise ConchError(
+                ErrorCode.INTERNAL,
+                f"warmup of model '{spec.config.name}' version {spec.version} failed: "
+                f"{failed[0].message}",
+            )

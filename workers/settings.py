@@ -1,0 +1,23 @@
+"""Worker settings, from CONCH_WORKER_* (and CONCH_REDIS_URL)."""
+
+from __future__ import annotations
+
+from shared.settings import Settings
+
+
+class WorkerSettings(Settings, kw_only=True):
+    __prefix__ = "CONCH_WORKER_"
+
+    backend: str = "onnxruntime"
+    model_repository: str = "model_repository"
+    # Names of the models to load; empty: every model of this worker's backend.
+    models: list[str] = []
+    health_host: str = "0.0.0.0"
+    health_port: int = 8020
+    heartbeat_interval_ms: int = 1_000
+    heartbeat_ttl_ms: int = 3_000
+    reclaim_interval_ms: int = 1_000
+    # A batch delivered more often than this (its workers kept dying) is answered with errors.
+    max_deliveries: int = 3
+    # Seconds to finish in-flight batches on SIGTERM before leaving them to another worker.
+    drain_timeout_s: float = 10.0
