@@ -1,0 +1,232 @@
+"""Triton-compatible Python backend: each instance is a ``model.py`` running in its own process.
+
+The worker side (this module) owns the process lifecycle: spawn and wait for ``initialize``,
+send each batch and wait for the replies or the process's death, restart a process that died,
+and call ``finalize`` on unload. A crash (``os._exit``, a signal) fails only the batch that was
+executing, with UNAVAILABLE and a message naming the exit; the instance restarts in the
+background and the next batch runs on the new process. Batches are not retried on the new
+process: a request that kills its model would otherwise kill it twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import signal
+import threading
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import numpy as np
+
+from shared import datatypes
+from shared.errors import ConchError, ErrorCode
+from shared.model_config import ModelConfig
+from workers.backend import Backend, Execution, LoadSpec, ModelInstance, ModelRequest, ModelResult
+from workers.python import ipc, stub
+
+log = logging.getLogger(__name__)
+
+_CONTEXT = mp.get_context("spawn")  # never fork a threaded worker
+
+
+class ModelProcessDied(Exception):
+    """The model process exited while the worker waited for it."""
+
+
+class PythonBackend(Backend):
+    name = "python"
+
+    def load(self, spec: LoadSpec) -> ModelInstance:
+        if not spec.model_file.is_file():
+            raise ConchError(
+                ErrorCode.NOT_FOUND,
+                f"model '{spec.config.name}' version {spec.version}: no file '{spec.model_file}' "
+                "(expected a model.py defining TritonPythonModel)",
+            )
+        return PythonModelInstance(spec)
+
+
+def initialize_args(spec: LoadSpec) -> dict[str, str]:
+    """The ``args`` dict Triton passes to ``initialize``: every value a string."""
+    return {
+        "model_config": json.dumps(spec.config.to_json()),
+        "model_instance_kind": "GPU" if spec.device == "gpu" else "CPU",
+        "model_instance_name": f"{spec.instance_group.name}_{spec.instance_index}",
+        "model_instance_device_id": str(spec.device_id),
+        "model_repository": str(spec.model_path),
+        "model_version": str(spec.version),
+        "model_name": spec.config.name,
+    }
+
+
+class ModelProcess:
+    """One spawned stub process and the worker's end of its pipe."""
+
+    def __init__(self, init: dict[str, Any], start_timeout_s: float):
+        conn, child_conn = _CONTEXT.Pipe(duplex=True)
+        self.name = init["args"]["model_instance_name"]
+        self.conn: Connection = conn
+        self.process: BaseProcess = _CONTEXT.Process(
+            target=stub.main, args=(child_conn, init), name=f"pb-{self.name}", daemon=True
+        )
+        self.process.start()
+        child_conn.close()  # so that the child's death reads as EOF here
+        try:
+            reply = self._wait(start_timeout_s, "initialize")
+        except ModelProcessDied as exc:
+            self.stop(0)
+            raise ConchError(ErrorCode.INTERNAL, f"model instance '{self.name}': {exc}") from None
+        if reply[0] != "ready":
+            self.stop(5)
+            raise ConchError(
+                ErrorCode.INTERNAL, f"model instance '{self.name}' failed to initialize: {reply[1]}"
+            )
+        self.pid: int = reply[1]
+
+    def call(self, message: Any) -> Any:
+        ipc_send(self.conn, message)
+        return self._wait(None, "execute")
+
+    def _wait(self, timeout_s: float | None, phase: str) -> Any:
+        ready = wait([self.conn, self.process.sentinel], timeout_s)
+        if self.conn in ready:
+            try:
+                return ipc.recv(self.conn)
+            except (EOFError, OSError):
+                pass
+        elif not ready:
+            self.stop(0)
+            raise ModelProcessDied(f"no answer to {phase} within {timeout_s:.0f} s; stopped it")
+        self.process.join(5)
+        raise ModelProcessDied(f"the model process {_exit_text(self.process)} during {phase}")
+
+    def stop(self, finalize_timeout_s: float) -> str | None:
+        """Ask for finalize (when a timeout is given), then make sure the process is gone."""
+        error = None
+        if finalize_timeout_s > 0 and self.process.is_alive():
+            try:
+                ipc_send(self.conn, ("finalize", None))
+                if self.conn.poll(finalize_timeout_s):
+                    _, error = ipc.recv(self.conn)
+                else:
+                    error = f"finalize did not return within {finalize_timeout_s:.0f} s"
+            except (EOFError, OSError) as exc:
+                error = f"the model process went away during finalize ({exc})"
+        self.process.join(2)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(2)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+        return error
+
+
+def ipc_send(conn: Connection, message: Any) -> None:
+    try:
+        ipc.send(conn, message)
+    except (BrokenPipeError, ConnectionResetError, OSError) as exc:
+        raise ModelProcessDied(f"the model process is gone ({exc})") from None
+
+
+def _exit_text(process: BaseProcess) -> str:
+    code = process.exitcode
+    if code is None:
+        return "closed its pipe"
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+class PythonModelInstance(ModelInstance):
+    """One model instance: a process, restarted when it dies; batches run one at a time."""
+
+    start_timeout_s = 300.0  # initialize may load large weights
+    finalize_timeout_s = 30.0
+
+    def __init__(self, spec: LoadSpec):
+        self.spec = spec
+        self.config: ModelConfig = spec.config
+        self.restarts = 0
+        self._closed = False
+        self._lock = threading.Lock()
+        self._init = {
+            "model_file": str(spec.model_file),
+            "args": initialize_args(spec),
+            "log_level": logging.getLogger().getEffectiveLevel(),
+        }
+        self.name = self._init["args"]["model_instance_name"]
+        self._process: ModelProcess | None = ModelProcess(self._init, self.start_timeout_s)
+
+    @property
+    def pid(self) -> int | None:
+        """The model process's id (changes when the instance restarts)."""
+        process = self._process
+        return process.pid if process else None
+
+    def execute(self, requests: list[ModelRequest]) -> Execution:
+        payload = [
+            (r.id, r.inputs, r.requested_outputs, json.dumps(r.parameters, default=str))
+            for r in requests
+        ]
+        with self._lock:
+            try:
+                process = self._process or self._start()
+                _, replies, infer_ns = process.call(("execute", payload))
+            except ConchError as exc:  # could not (re)start the process
+                return Execution([ModelResult(error=exc) for _ in requests])
+            except ModelProcessDied as exc:
+                self._process = None
+                threading.Thread(
+                    target=self._restart, name=f"restart-{self.name}", daemon=True
+                ).start()
+                error = ConchError(
+                    ErrorCode.UNAVAILABLE,
+                    f"python model '{self.config.name}' instance '{self.name}': {exc}; "
+                    "the instance is restarting, retry the request",
+                )
+                return Execution([ModelResult(error=error) for _ in requests])
+        return Execution([self._result(reply) for reply in replies], 0, infer_ns, 0)
+
+    def _start(self) -> ModelProcess:
+        if self._closed:
+            raise ConchError(ErrorCode.UNAVAILABLE, f"model instance '{self.name}' is unloaded")
+        self._process = ModelProcess(self._init, self.start_timeout_s)
+        return self._process
+
+    def _restart(self) -> None:
+        with self._lock:
+            if self._process is not None or self._closed:
+                return
+            self.restarts += 1
+            try:
+                self._start()
+                log.warning("python model instance restarted", extra={"instance": self.name})
+            except ConchError as exc:  # the next batch tries again and reports this
+                log.error("python model instance restart failed: %s", exc.message)
+
+    def _result(self, reply: tuple[Any, ...]) -> ModelResult:
+        if reply[0] == "error":
+            return ModelResult(error=ConchError(ErrorCode(reply[1]), reply[2]))
+        return ModelResult(outputs={n: self._coerce(n, a) for n, a in reply[1].items()})
+
+    def _coerce(self, name: str, array: np.ndarray) -> np.ndarray:
+        """Outputs carry the config's datatype (a model may compute in another width)."""
+        spec = self.config.output(name)
+        expected = datatypes.BY_NAME[spec.datatype].dtype if spec else None
+        if expected is not None and array.dtype != expected:
+            return array.astype(expected)
+        return array
+
+    def unload(self) -> None:
+        with self._lock:
+            self._closed = True
+            process, self._process = self._process, None
+        if process is not None:
+            error = process.stop(self.finalize_timeout_s)
+            if error:
+                log.error("finalize of %s failed: %s", self.name, error)

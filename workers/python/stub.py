@@ -1,0 +1,188 @@
+"""The model process of the Python backend: Triton's "stub", one per model instance.
+
+It imports the model's ``model.py`` with ``triton_python_backend_utils`` importable, calls
+``initialize(args)``, then answers execute/finalize messages from the worker until the pipe closes.
+Running each instance in its own process keeps the GIL, global state and crashes of one model
+(``os._exit``, a segfault in an extension) away from the worker and from the other instances.
+
+This module imports nothing heavy (no torch, no protobuf): a spawned process starts quickly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from workers.python import ipc
+
+UTILS_DIR = str(Path(__file__).resolve().parent)
+
+# Replies for one request: ("ok", {name: array}) or ("error", code_name, message).
+Reply = tuple[Any, ...]
+
+
+def main(conn: Connection, init: dict[str, Any]) -> None:
+    """Entry point of the spawned process; returns (and exits) when the worker goes away."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when we stop
+    logging.basicConfig(
+        level=init.get("log_level", logging.INFO),
+        format=f"%(asctime)s %(levelname)s [{init['args']['model_instance_name']}] %(message)s",
+    )
+    try:
+        pb_utils, model = _load(init)
+    except BaseException as exc:  # initialize failed: report it and exit
+        ipc.send(conn, ("error", _describe(exc)))
+        return
+    ipc.send(conn, ("ready", os.getpid()))
+    while True:
+        try:
+            op, payload = ipc.recv(conn)
+        except (EOFError, OSError):
+            return  # the worker is gone; nothing left to answer
+        if op == "execute":
+            t0 = time.perf_counter_ns()
+            replies = _execute(pb_utils, model, init["args"]["model_name"], payload)
+            ipc.send(conn, ("results", replies, time.perf_counter_ns() - t0))
+        elif op == "finalize":
+            error = None
+            if hasattr(model, "finalize"):
+                try:
+                    model.finalize()
+                except Exception as exc:
+                    error = _describe(exc)
+            ipc.send(conn, ("finalized", error))
+            return
+
+
+def _load(init: dict[str, Any]) -> tuple[ModuleType, Any]:
+    if UTILS_DIR not in sys.path:
+        sys.path.insert(0, UTILS_DIR)
+    version_dir = str(Path(init["model_file"]).parent)
+    if version_dir not in sys.path:  # helper modules beside model.py import as in Triton
+        sys.path.insert(1, version_dir)
+    import triton_python_backend_utils as pb_utils
+
+    spec = importlib.util.spec_from_file_location("model", init["model_file"])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {init['model_file']}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model"] = module
+    spec.loader.exec_module(module)
+    if not hasattr(module, "TritonPythonModel"):
+        raise pb_utils.TritonModelException(
+            f"{init['model_file']} defines no class 'TritonPythonModel'"
+        )
+    model = module.TritonPythonModel()
+    if hasattr(model, "initialize"):
+        _await(model.initialize(dict(init["args"])))
+    return pb_utils, model
+
+
+def _execute(pb_utils: ModuleType, model: Any, model_name: str, payload: list[Any]) -> list[Reply]:
+    """Run execute on the batch; when it raises, run each request alone so that only the
+    request that caused the exception fails (Triton would fail the whole batch)."""
+    requests = [_request(pb_utils, model_name, item) for item in payload]
+    try:
+        return _run(pb_utils, model, requests)
+    except Exception as exc:
+        if len(requests) == 1:
+            return [_error_reply(pb_utils, exc)]
+    replies: list[Reply] = []
+    for request in requests:
+        try:
+            replies.extend(_run(pb_utils, model, [request]))
+        except Exception as exc:
+            replies.append(_error_reply(pb_utils, exc))
+    return replies
+
+
+def _request(pb_utils: ModuleType, model_name: str, item: tuple[Any, ...]) -> Any:
+    request_id, inputs, requested, parameters = item
+    return pb_utils.InferenceRequest(
+        model_name=model_name,
+        requested_output_names=requested,
+        inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
+        request_id=request_id,
+        parameters=parameters,
+    )
+
+
+def _run(pb_utils: ModuleType, model: Any, requests: list[Any]) -> list[Reply]:
+    responses = _await(model.execute(requests))
+    if responses is None or len(responses) != len(requests):
+        got = "None" if responses is None else f"{len(responses)} responses"
+        raise pb_utils.TritonModelException(
+            f"execute returned {got} for {len(requests)} requests; expected one response each "
+            "(decoupled models are not supported)"
+        )
+    return [_reply(pb_utils, req, resp) for req, resp in zip(requests, responses, strict=True)]
+
+
+def _reply(pb_utils: ModuleType, request: Any, response: Any) -> Reply:
+    if not isinstance(response, pb_utils.InferenceResponse):
+        return (
+            "error",
+            "INTERNAL",
+            f"execute returned {type(response).__name__}, expected pb_utils.InferenceResponse",
+        )
+    if response.has_error():
+        error = response.error()
+        return ("error", pb_utils.TritonError.CODE_NAMES[error.code()], error.message())
+    produced = {t.name(): t.as_numpy() for t in response.output_tensors()}
+    outputs: dict[str, np.ndarray] = {}
+    for name in request.requested_output_names():
+        if name not in produced:
+            return (
+                "error",
+                "INTERNAL",
+                f"the model returned no output '{name}' (it returned {sorted(produced)})",
+            )
+        outputs[name] = _host_array(produced[name])
+    return ("ok", outputs)
+
+
+def _host_array(array: np.ndarray) -> np.ndarray:
+    """BYTES outputs leave as object arrays of bytes, whatever string form the model used."""
+    if array.dtype.kind not in "OSU":
+        return np.ascontiguousarray(array)
+    if array.dtype == object and all(isinstance(x, bytes) for x in array.flat):
+        return array
+    encoded = np.empty(array.size, dtype=object)
+    encoded[:] = [bytes(x) if isinstance(x, bytes) else str(x).encode("utf-8") for x in array.flat]
+    return encoded.reshape(array.shape)
+
+
+def _error_reply(pb_utils: ModuleType, exc: BaseException) -> Reply:
+    if isinstance(exc, pb_utils.TritonModelException):
+        return ("error", "INTERNAL", str(exc))
+    return ("error", "INTERNAL", _describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _await(value: Any) -> Any:
+    """``async def execute``/``initialize`` are allowed, as in Triton."""
+    if inspect.isawaitable(value):
+        return asyncio.run(_wrap(value))
+    return value
+
+
+async def _wrap(awaitable: Any) -> Any:
+    return await awaitable

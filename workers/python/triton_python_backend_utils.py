@@ -1,0 +1,354 @@
+"""Triton's ``triton_python_backend_utils`` for Conch's Python backend.
+
+A model written for Triton's Python backend does ``import triton_python_backend_utils as
+pb_utils``; the model process puts this file's directory on ``sys.path`` so that import finds
+this module and the model runs unchanged. Names, signatures and behaviour follow Triton's
+python_backend (``src/resources/triton_python_backend_utils.py`` and the pybind classes). Only
+the model process imports it under the top-level name; the worker never does, so there is one
+copy of every class (``isinstance`` checks on responses hold).
+
+Not provided (they raise :class:`TritonModelException` saying so): BLS (``InferenceRequest.exec``),
+decoupled response senders, and model control (``load_model``/``unload_model``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_CPU_PINNED = 1
+TRITONSERVER_MEMORY_GPU = 2
+
+# TRITONSERVER_DataType values, as pb_utils exposes them.
+TRITONSERVER_TYPE_INVALID = 0
+TRITONSERVER_TYPE_BOOL = 1
+TRITONSERVER_TYPE_UINT8 = 2
+TRITONSERVER_TYPE_UINT16 = 3
+TRITONSERVER_TYPE_UINT32 = 4
+TRITONSERVER_TYPE_UINT64 = 5
+TRITONSERVER_TYPE_INT8 = 6
+TRITONSERVER_TYPE_INT16 = 7
+TRITONSERVER_TYPE_INT32 = 8
+TRITONSERVER_TYPE_INT64 = 9
+TRITONSERVER_TYPE_FP16 = 10
+TRITONSERVER_TYPE_FP32 = 11
+TRITONSERVER_TYPE_FP64 = 12
+TRITONSERVER_TYPE_BYTES = 13
+TRITONSERVER_TYPE_BF16 = 14
+
+_NUMPY_BY_TRITON: dict[int, type] = {
+    TRITONSERVER_TYPE_BOOL: np.bool_,
+    TRITONSERVER_TYPE_UINT8: np.uint8,
+    TRITONSERVER_TYPE_UINT16: np.uint16,
+    TRITONSERVER_TYPE_UINT32: np.uint32,
+    TRITONSERVER_TYPE_UINT64: np.uint64,
+    TRITONSERVER_TYPE_INT8: np.int8,
+    TRITONSERVER_TYPE_INT16: np.int16,
+    TRITONSERVER_TYPE_INT32: np.int32,
+    TRITONSERVER_TYPE_INT64: np.int64,
+    TRITONSERVER_TYPE_FP16: np.float16,
+    TRITONSERVER_TYPE_FP32: np.float32,
+    TRITONSERVER_TYPE_FP64: np.float64,
+    TRITONSERVER_TYPE_BYTES: np.object_,
+}
+_TRITON_BY_CONFIG_NAME = {
+    "TYPE_BOOL": TRITONSERVER_TYPE_BOOL,
+    "TYPE_UINT8": TRITONSERVER_TYPE_UINT8,
+    "TYPE_UINT16": TRITONSERVER_TYPE_UINT16,
+    "TYPE_UINT32": TRITONSERVER_TYPE_UINT32,
+    "TYPE_UINT64": TRITONSERVER_TYPE_UINT64,
+    "TYPE_INT8": TRITONSERVER_TYPE_INT8,
+    "TYPE_INT16": TRITONSERVER_TYPE_INT16,
+    "TYPE_INT32": TRITONSERVER_TYPE_INT32,
+    "TYPE_INT64": TRITONSERVER_TYPE_INT64,
+    "TYPE_FP16": TRITONSERVER_TYPE_FP16,
+    "TYPE_FP32": TRITONSERVER_TYPE_FP32,
+    "TYPE_FP64": TRITONSERVER_TYPE_FP64,
+    "TYPE_STRING": TRITONSERVER_TYPE_BYTES,
+}
+
+
+class TritonModelException(Exception):
+    """Raised by a model to fail initialize, execute or finalize."""
+
+
+class TritonError:
+    """An error attached to one response; ``code`` is one of the class constants."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+    CODE_NAMES = (
+        "UNKNOWN",
+        "INTERNAL",
+        "NOT_FOUND",
+        "INVALID_ARG",
+        "UNAVAILABLE",
+        "UNSUPPORTED",
+        "ALREADY_EXISTS",
+        "CANCELLED",
+    )
+
+    def __init__(self, msg: str, code: int = INTERNAL):
+        self._msg = str(msg)
+        self._code = int(code)
+
+    def message(self) -> str:
+        return self._msg
+
+    def code(self) -> int:
+        return self._code
+
+    def __repr__(self) -> str:
+        return f"TritonError({self._msg!r}, {self.CODE_NAMES[self._code]})"
+
+
+class Tensor:
+    """A named NumPy array; BYTES tensors are object arrays of ``bytes``."""
+
+    def __init__(self, name: str, tensor: Any):
+        if not isinstance(tensor, np.ndarray):
+            raise TritonModelException(
+                f"Tensor '{name}' must be created from a numpy.ndarray, got {type(tensor)}"
+            )
+        self._name = name
+        self._array = tensor
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        return self._array
+
+    def shape(self) -> list[int]:
+        return list(self._array.shape)
+
+    def triton_dtype(self) -> int:
+        return numpy_to_triton_type(self._array.dtype)
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self) -> Any:
+        return self._array.__dlpack__()
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        return self._array.__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._array.__dlpack_device__()
+
+    @staticmethod
+    def from_dlpack(name: str, capsule: Any) -> Tensor:
+        """CPU DLPack producers only (e.g. a torch CPU tensor); outputs travel as host bytes."""
+        return Tensor(name, np.from_dlpack(capsule))
+
+
+class InferenceRequest:
+    """What ``execute`` receives; the constructor has BLS's signature."""
+
+    def __init__(
+        self,
+        model_name: str = "",
+        requested_output_names: Sequence[str] = (),
+        inputs: Sequence[Tensor] = (),
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: Any = None,
+        trace: Any = None,
+        parameters: dict[str, Any] | str | None = None,
+    ):
+        self._model_name = model_name
+        self._requested = list(requested_output_names)
+        self._inputs = list(inputs)
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._flags = flags
+        self._timeout = timeout
+        self._parameters = _json(parameters)
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def requested_output_names(self) -> list[str]:
+        return self._requested
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def parameters(self) -> str:
+        """The request's parameters as a JSON string, as in Triton."""
+        return self._parameters
+
+    def model_name(self) -> str:
+        return self._model_name
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def trace(self) -> None:
+        return None
+
+    def get_response_sender(self) -> Any:
+        raise TritonModelException("decoupled models are not supported by Conch's python backend")
+
+    def exec(self, decoupled: bool = False) -> InferenceResponse:
+        raise TritonModelException("BLS (InferenceRequest.exec) is not supported by Conch yet")
+
+    async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
+        raise TritonModelException("BLS (InferenceRequest.async_exec) is not supported yet")
+
+
+class InferenceResponse:
+    """Output tensors for one request, or an error that fails that request only."""
+
+    def __init__(
+        self,
+        output_tensors: Sequence[Tensor] = (),
+        error: TritonError | None = None,
+        parameters: dict[str, Any] | str | None = None,
+    ):
+        self._outputs = list(output_tensors)
+        self._error = error
+        self._parameters = _json(parameters)
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._outputs
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        return self._parameters
+
+
+class Logger:
+    """Log lines from the model, as ``pb_utils.Logger.log_info(msg)`` etc."""
+
+    INFO = logging.INFO
+    WARNING = logging.WARNING
+    ERROR = logging.ERROR
+    VERBOSE = logging.DEBUG
+    _log = logging.getLogger("conch.python_model")
+
+    @classmethod
+    def log(cls, message: str, level: int = INFO) -> None:
+        cls._log.log(level, message)
+
+    @classmethod
+    def log_info(cls, message: str) -> None:
+        cls._log.info(message)
+
+    @classmethod
+    def log_warn(cls, message: str) -> None:
+        cls._log.warning(message)
+
+    @classmethod
+    def log_error(cls, message: str) -> None:
+        cls._log.error(message)
+
+    @classmethod
+    def log_verbose(cls, message: str) -> None:
+        cls._log.debug(message)
+
+
+def _json(parameters: dict[str, Any] | str | None) -> str:
+    return parameters if isinstance(parameters, str) else json.dumps(parameters or {})
+
+
+def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | None:
+    return next((t for t in request.inputs() if t.name() == name), None)
+
+
+def get_output_tensor_by_name(response: InferenceResponse, name: str) -> Tensor | None:
+    return next((t for t in response.output_tensors() if t.name() == name), None)
+
+
+def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((c for c in model_config.get("input", []) if c["name"] == name), None)
+
+
+def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((c for c in model_config.get("output", []) if c["name"] == name), None)
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
+
+
+def triton_string_to_numpy(triton_type_string: str) -> type | None:
+    """``"TYPE_FP32"`` -> ``np.float32``; ``"TYPE_STRING"`` -> ``np.object_``."""
+    return _NUMPY_BY_TRITON.get(_TRITON_BY_CONFIG_NAME.get(triton_type_string, 0))
+
+
+def triton_to_numpy_type(data_type: int) -> type | None:
+    return _NUMPY_BY_TRITON.get(data_type)
+
+
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    dtype = np.dtype(data_type)
+    if dtype.kind in "OSU":
+        return TRITONSERVER_TYPE_BYTES
+    for triton_type, np_type in _NUMPY_BY_TRITON.items():
+        if np_type is not np.object_ and np.dtype(np_type) == dtype:
+            return triton_type
+    return None
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray) -> Any:
+    """Length-prefixed (4-byte little-endian) elements in C order, as a 0-d object array."""
+    if input_tensor.size == 0:
+        return ()
+    if input_tensor.dtype != np.object_ and input_tensor.dtype.type != np.bytes_:
+        raise TritonModelException("cannot serialize bytes tensor: invalid datatype")
+    parts: list[bytes] = []
+    for item in input_tensor.reshape(-1, order="C"):
+        raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(struct.pack("<I", len(raw)))
+        parts.append(raw)
+    return np.asarray(b"".join(parts), dtype=np.object_)
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
+    items: list[bytes] = []
+    offset = 0
+    while offset < len(encoded_tensor):
+        (length,) = struct.unpack_from("<I", encoded_tensor, offset)
+        offset += 4
+        items.append(bytes(encoded_tensor[offset : offset + length]))
+        offset += length
+    return np.array(items, dtype=np.object_)
