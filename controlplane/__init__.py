@@ -1,0 +1,1 @@
+"""Conch's xDS control plane: Envoy at the edge learns the live gateways from Redis through it."""

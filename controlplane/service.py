@@ -1,0 +1,145 @@
+"""The control plane service: watch the gateway registry, publish snapshots, serve ADS.
+
+Startup builds and validates a snapshot before the gRPC port opens, so a misconfiguration (say a
+listener port above 65535) stops the service at once with the reason, instead of leaving Envoy
+without a listener. Afterwards a snapshot that fails validation is logged and skipped; the last
+good one stays in force.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+import grpc
+
+from controlplane import resources
+from controlplane.ads import AggregatedDiscoveryService, add_to_server
+from controlplane.health import HealthServer
+from controlplane.metrics import Metrics
+from controlplane.registry import Resolver, live_gateways
+from controlplane.settings import ControlPlaneSettings
+from controlplane.snapshot import InvalidSnapshot, SnapshotStore
+from shared import logs, redis_conn
+
+log = logging.getLogger("controlplane")
+
+
+class ControlPlane:
+    def __init__(self, settings: ControlPlaneSettings):
+        self.settings = settings
+        self.metrics = Metrics()
+        self.store = SnapshotStore(retire_timeout_s=settings.retire_timeout_s)
+        self.resolver = Resolver(settings.fallback_host, settings.dns_ttl_s)
+        self.health = HealthServer(self.metrics, ready=lambda: self.store.current is not None)
+        self.xds_port = settings.xds_port
+        self.health_port = settings.health_port
+        self._stop = asyncio.Event()
+        self._server: grpc.aio.Server | None = None
+        self._endpoints: set[resources.Endpoint] | None = None
+
+    def publish(self, endpoints: set[resources.Endpoint]) -> None:
+        """Build, validate and publish the snapshot for these endpoints (or keep the old one)."""
+        try:
+            snapshot = self.store.propose(resources.build(self.settings, endpoints))
+        except InvalidSnapshot as exc:
+            self.metrics.snapshots_rejected.inc()
+            log.error(
+                "snapshot rejected; keeping the last good one", extra={"problems": exc.problems}
+            )
+            return
+        if endpoints != self._endpoints:
+            log.info(
+                "gateway endpoints changed",
+                extra={"endpoints": [f"{e.address}:{e.port}" for e in sorted(endpoints)]},
+            )
+            self._endpoints = set(endpoints)
+        self.metrics.live_gateways.set(len(endpoints))
+        if snapshot is not None:
+            self.metrics.snapshot_version.set(snapshot.version)
+
+    async def start(self) -> None:
+        s = self.settings
+        # Fail fast on settings Envoy would reject: the first snapshot must be valid.
+        self.store.propose(resources.build(s, set()))
+        self.metrics.snapshot_version.set(1)
+        server = grpc.aio.server(
+            options=[
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.max_pings_without_data", 0),
+            ]
+        )
+        add_to_server(server, AggregatedDiscoveryService(self.store, self.metrics))
+        self.xds_port = server.add_insecure_port(f"{s.xds_host}:{s.xds_port}")
+        if self.xds_port == 0:
+            raise OSError(f"cannot bind the xDS port {s.xds_host}:{s.xds_port}")
+        await server.start()
+        self._server = server
+        self.health_port = await self.health.start(s.health_host, s.health_port)
+        log.info("xds server listening", extra={"host": s.xds_host, "port": self.xds_port})
+
+    async def watch(self) -> None:
+        """Poll the registry until stopped; Redis outages keep the last snapshot in force."""
+        s = self.settings
+        redis = redis_conn.connect(s.redis_url, max_connections=4, name="conch-controlplane")
+        failing = False
+        try:
+            while not self._stop.is_set():
+                try:
+                    regs = await live_gateways(redis)
+                    self.publish(await self.resolver.endpoints(regs))
+                    if failing:
+                        log.info("gateway registry readable again")
+                    failing = False
+                except (OSError, ConnectionError, TimeoutError) as exc:
+                    self.metrics.redis_errors.inc()
+                    if not failing:
+                        log.warning("cannot read the gateway registry", extra={"error": str(exc)})
+                    failing = True
+                except Exception as exc:  # a Redis client error type, or a bug: keep serving
+                    self.metrics.redis_errors.inc()
+                    if not failing:
+                        log.exception("registry poll failed", extra={"error": str(exc)})
+                    failing = True
+                self.store.release_retired()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), s.poll_interval_s)
+        finally:
+            await redis.aclose()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def close(self) -> None:
+        self._stop.set()
+        await self.health.stop()
+        if self._server is not None:
+            await self._server.stop(grace=1.0)
+
+
+async def run(settings: ControlPlaneSettings) -> None:
+    plane = ControlPlane(settings)
+    await plane.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, plane.stop)
+    try:
+        await plane.watch()
+    finally:
+        log.info("control plane stopping")
+        await plane.close()
+
+
+def main() -> None:
+    """``python -m controlplane``: read settings from the environment, serve until SIGTERM."""
+    settings = ControlPlaneSettings.from_env()
+    logs.setup("controlplane", settings.log_level, settings.log_format)
+    try:
+        asyncio.run(run(settings))
+    except InvalidSnapshot as exc:
+        log.error("settings give an invalid Envoy config", extra={"problems": exc.problems})
+        raise SystemExit(2) from exc

@@ -1,0 +1,62 @@
+"""Control plane settings, from ``CONCH_CONTROLPLANE_*`` (and ``CONCH_REDIS_URL``).
+
+Everything Envoy is told (listener port, route timeout, retries, health checks) is a setting
+here, because Envoy itself is configured only through the control plane: changing the edge means
+changing these values and restarting the control plane, never editing Envoy's bootstrap.
+"""
+
+from __future__ import annotations
+
+from shared.settings import Settings
+
+
+class ControlPlaneSettings(Settings, kw_only=True):
+    __prefix__ = "CONCH_CONTROLPLANE_"
+
+    # The ADS (xDS v3) gRPC server that Envoy connects to.
+    xds_host: str = "0.0.0.0"
+    xds_port: int = 18000
+    # /metrics and /v2/health/{live,ready} of the control plane itself.
+    health_host: str = "0.0.0.0"
+    health_port: int = 8030
+
+    # Envoy's public listener (inside Envoy's network namespace).
+    listener_host: str = "0.0.0.0"
+    listener_port: int = 8080
+    # Whole-request timeout at the edge; 0 disables it. Longer than the gateway's default
+    # deadline (30 s) so that the gateway, which knows the request, answers a timeout first.
+    route_timeout_s: float = 60.0
+    # A retry (connect failure, reset) gets this long per try; 0 means the route timeout.
+    per_try_timeout_s: float = 0.0
+    stream_idle_timeout_s: float = 300.0
+    # Retries only for failures where the request cannot have been answered yet; inference
+    # is at-least-once in the mesh, so a reset mid-request may be retried as well.
+    retry_on: str = "connect-failure,refused-stream,reset"
+    num_retries: int = 2
+    # Emit one JSON access-log line per request on Envoy's stdout.
+    access_log: bool = True
+
+    # The EDS cluster of gateways.
+    cluster_name: str = "conch_gateways"
+    connect_timeout_s: float = 1.0
+    lb_policy: str = "LEAST_REQUEST"
+    health_check_path: str = "/v2/health/ready"
+    health_check_interval_s: float = 0.5
+    health_check_timeout_s: float = 0.5
+    unhealthy_threshold: int = 2
+    healthy_threshold: int = 1
+    # Below this share of healthy hosts Envoy routes to all of them ("panic"); 0 disables.
+    panic_threshold_percent: float = 50.0
+    max_connections: int = 4096
+    max_requests: int = 4096
+    max_pending_requests: int = 4096
+    max_retries: int = 256
+
+    # How often live gateways are re-read from Redis (joins/leaves reach Envoy within ~this).
+    poll_interval_s: float = 0.25
+    # Gateways that register an unspecified address (0.0.0.0, ::) are reached at this one.
+    fallback_host: str = "127.0.0.1"
+    # How long DNS names registered by gateways are cached before being resolved again.
+    dns_ttl_s: float = 5.0
+    # A removed cluster stays until every Envoy ACKed routes without it, or at most this long.
+    retire_timeout_s: float = 10.0

