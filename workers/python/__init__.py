@@ -1,0 +1,1 @@
+"""Triton-compatible Python backend: model.py instances in their own processes."""

@@ -1,0 +1,1 @@
+"""PyTorch worker backend: TorchScript and torch.export models."""

@@ -1,0 +1,1 @@
+"""TensorRT worker backend: serialized engines (model.plan)."""
