@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 from litestar import Litestar, Request, Response, get, post
 
+from gateway import stats
 from gateway.dataplane import DataPlane
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.http_codec import HEADER_LENGTH, decompress, encode_infer_response, parse_infer_request
@@ -31,7 +32,13 @@ _json = msgspec.json.Encoder()
 
 SERVER_NAME = "conch"
 SERVER_VERSION = "0.1.0"
-EXTENSIONS = ["binary_tensor_data", "model_configuration", "schedule_policy", "parameters"]
+EXTENSIONS = [
+    "binary_tensor_data",
+    "model_configuration",
+    "schedule_policy",
+    "parameters",
+    "statistics",
+]
 
 
 class GatewayState:
@@ -130,6 +137,27 @@ async def model_config(request: Request, model: str, version: str | None = None)
     return _json_response(config.to_json())
 
 
+@get(
+    [
+        "/v2/models/stats",
+        "/v2/models/{model:str}/stats",
+        "/v2/models/{model:str}/versions/{version:str}/stats",
+    ]
+)
+async def model_statistics(
+    request: Request, model: str | None = None, version: str | None = None
+) -> Response:
+    table = _state(request).table
+    if model is None:
+        wanted = {name: list(table.versions.get(name, {})) for name in table.configs}
+    elif version is not None:
+        wanted = {model: [table.resolve_version(model, version)]}
+    else:
+        table.config(model)
+        wanted = {model: list(table.versions.get(model, {}))}
+    return _json_response({"model_stats": await stats.collect(_state(request).redis, wanted)})
+
+
 @post(
     ["/v2/models/{model:str}/infer", "/v2/models/{model:str}/versions/{version:str}/infer"],
     status_code=200,
@@ -188,6 +216,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             model_metadata,
             model_ready,
             model_config,
+            model_statistics,
             infer,
         ],
         lifespan=[lifespan],

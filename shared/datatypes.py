@@ -57,6 +57,8 @@ def from_numpy(dtype: np.dtype) -> str:
     if _bf16 is not None and dtype == np.dtype(_bf16):
         return "BF16"
     for t in _TABLE:
+        if t.name == "BF16":
+            continue  # matched by equality above; other 2-byte void dtypes are not BF16
         if t.dtype is not None and t.dtype.kind == dtype.kind and t.itemsize == dtype.itemsize:
             return t.name
     raise ValueError(f"NumPy dtype {dtype} has no KServe v2 datatype")

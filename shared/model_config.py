@@ -252,6 +252,12 @@ def _fill_defaults(message: pb.ModelConfig) -> None:
         batching = message.dynamic_batching
         if batching.priority_levels and not batching.default_priority_level:
             batching.default_priority_level = batching.priority_levels
+        if not batching.preferred_batch_size and message.max_batch_size > 0:
+            batching.preferred_batch_size.append(message.max_batch_size)
+    if message.HasField("sequence_batching"):
+        sequence = message.sequence_batching
+        if not sequence.max_sequence_idle_microseconds:
+            sequence.max_sequence_idle_microseconds = 1_000_000
 
 
 def _tensor(spec: Any, kind: str, source: str) -> TensorSpec:
@@ -325,12 +331,17 @@ def _validate(config: ModelConfig, source: str) -> None:
     batching = config.dynamic_batching
     if batching is not None:
         for size in batching.preferred_batch_size:
-            if size < 1 or (config.max_batch_size and size > config.max_batch_size):
+            if size < 1 or size > max(config.max_batch_size, 1):
                 fail(
                     "dynamic_batching.preferred_batch_size",
                     f"has {size}; expected 1..max_batch_size ({config.max_batch_size})",
                 )
         levels = batching.priority_levels
+        if batching.preserve_ordering and levels > 1:
+            fail(
+                "dynamic_batching.preserve_ordering",
+                f"is true with {levels} priority levels; Triton allows it only without priorities",
+            )
         if levels and not 1 <= batching.default_priority_level <= levels:
             fail(
                 "dynamic_batching.default_priority_level",

@@ -53,9 +53,14 @@ def scan(repository: str | Path) -> ScanResult:
 def read_model(model_dir: Path, config: ModelConfig | None = None) -> RepositoryModel:
     config = config or model_config.load(model_dir)
     versions = sorted(
-        int(child.name)
-        for child in model_dir.iterdir()
-        if child.is_dir() and child.name.isdigit() and int(child.name) > 0
+        {
+            int(child.name)
+            for child in model_dir.iterdir()
+            if child.is_dir()
+            and child.name.isascii()
+            and child.name.isdigit()
+            and int(child.name) > 0
+        }
     )
     return RepositoryModel(
         name=config.name, path=model_dir, config=config, available_versions=versions

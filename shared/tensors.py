@@ -78,6 +78,11 @@ def json_to_bytes(data: Any, datatype: str, shape: Sequence[int], name: str) -> 
     except ValueError as exc:
         raise invalid(f"'data' of input '{name}' is ragged or malformed: {exc}") from None
     kind = arr.dtype.kind
+    if kind == "f" and dt.dtype.kind == "u" and dt.itemsize == 8:
+        arr = _as_uint64(data, arr)
+        kind = arr.dtype.kind
+    if kind == "b" and datatype != "BOOL":
+        raise invalid(f"'data' of input '{name}' must hold {datatype} values, got booleans")
     if (
         kind not in "biuf"
         or (kind == "f" and dt.dtype.kind in "biu")
@@ -103,6 +108,17 @@ def json_to_bytes(data: Any, datatype: str, shape: Sequence[int], name: str) -> 
     return out.tobytes()
 
 
+def _as_uint64(data: Any, guessed: np.ndarray) -> np.ndarray:
+    """NumPy guesses float64 for Python ints mixing values >= 2**63 with small ones."""
+    exact = np.asarray(data, dtype=object)
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in exact.ravel()):
+        try:
+            return np.asarray(data, dtype=np.uint64)
+        except (OverflowError, ValueError):
+            return exact
+    return guessed
+
+
 def bytes_to_json(data: bytes, datatype: str) -> list[Any]:
     """Flat JSON list for a response tensor (Triton returns row-major flattened data)."""
     if datatype == "BYTES":
@@ -118,6 +134,11 @@ def to_numpy(tensor: Tensor) -> np.ndarray:
     """A read-only view of the tensor's bytes (no copy), or an object array for BYTES."""
     if tensor.datatype == "BYTES":
         items = deserialize_bytes(tensor.data, tensor.name)
+        if len(items) != element_count(tensor.shape):
+            raise invalid(
+                f"BYTES tensor '{tensor.name}' has {len(items)} elements but shape "
+                f"{tensor.shape} needs {element_count(tensor.shape)}"
+            )
         arr = np.empty(len(items), dtype=object)
         arr[:] = items
         return arr.reshape(tensor.shape)

@@ -299,11 +299,14 @@ class WorkerService:
                 "success_count": successes,
                 "fail_count": len(accepted) - successes,
                 "queue_ns": sum(queue_ns[i] for i, _ in accepted if i < len(queue_ns)),
-                "compute_input_ns": execution.compute_input_ns,
-                "compute_infer_ns": execution.compute_infer_ns,
-                "compute_output_ns": execution.compute_output_ns,
+                # Per request, as Triton counts them: each request spent the batch's duration.
+                "compute_input_ns": execution.compute_input_ns * len(accepted),
+                "compute_infer_ns": execution.compute_infer_ns * len(accepted),
+                "compute_output_ns": execution.compute_output_ns * len(accepted),
                 f"batch:{batch_size}:count": 1,
+                f"batch:{batch_size}:compute_input_ns": execution.compute_input_ns,
                 f"batch:{batch_size}:compute_infer_ns": execution.compute_infer_ns,
+                f"batch:{batch_size}:compute_output_ns": execution.compute_output_ns,
             }
         )
         return replies

@@ -645,11 +645,6 @@ def test_load_errors_name_the_real_file_path(tmp_path: Path) -> None:
 # --- divergences from Triton (known bugs) ----------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared/model_config.py _fill_defaults: Triton's NormalizeModelConfig sets an empty "
-    "dynamic_batching.preferred_batch_size to [max_batch_size]; Conch leaves it empty",
-)
 def test_empty_preferred_batch_size_normalises_to_max_batch_size() -> None:
     config = parse_pbtxt(MINIMAL + "max_batch_size: 16\ndynamic_batching { }\n", SOURCE)
     assert config.dynamic_batching is not None
@@ -657,41 +652,22 @@ def test_empty_preferred_batch_size_normalises_to_max_batch_size() -> None:
     assert config.json["dynamic_batching"]["preferred_batch_size"] == [16]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared/model_config.py _validate: with max_batch_size 0 any preferred_batch_size "
-    "passes (`config.max_batch_size and ...`); Triton rejects size > max_batch_size",
-)
 def test_preferred_batch_size_with_max_batch_size_zero_is_rejected() -> None:
     message = parse_error(MINIMAL + "dynamic_batching { preferred_batch_size: [ 4 ] }\n")
     assert "dynamic_batching.preferred_batch_size" in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared/model_config.py _fill_defaults: Triton names the implicit instance group "
-    "after the model ('m'); Conch names it 'm_0'",
-)
-def test_implicit_instance_group_is_named_after_the_model() -> None:
-    assert parse_pbtxt(MINIMAL, SOURCE).instance_groups[0].name == "m"
+def test_implicit_instance_group_is_named_like_tritons() -> None:
+    # Triton's NormalizeInstanceGroup names unnamed groups "<model>_<index>".
+    assert parse_pbtxt(MINIMAL, SOURCE).instance_groups[0].name == "m_0"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared/model_config.py _fill_defaults: Triton sets an unset "
-    "sequence_batching.max_sequence_idle_microseconds to 1000000; Conch leaves 0",
-)
 def test_sequence_idle_defaults_to_one_second() -> None:
     config = parse_pbtxt(MINIMAL + "max_batch_size: 4\nsequence_batching { }\n", SOURCE)
     assert config.sequence_batching is not None
     assert config.sequence_batching["max_sequence_idle_microseconds"] == 1_000_000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared/model_config.py _validate: Triton rejects preserve_ordering with more than "
-    "one priority level; Conch accepts it",
-)
 def test_preserve_ordering_with_priority_levels_is_rejected() -> None:
     message = parse_error(
         MINIMAL + "max_batch_size: 4\n"

@@ -140,21 +140,11 @@ def test_read_model_with_an_override_config_ignores_the_file(tmp_path: Path) -> 
     assert model.versions == [4, 5]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared/repository.py read_model: str.isdigit() accepts Unicode digits such as "
-    "'\u00b2', then int() raises ValueError and the whole scan fails instead of skipping it",
-)
 def test_a_unicode_digit_directory_does_not_break_the_scan(tmp_path: Path) -> None:
     add_model(tmp_path, "m", onnx_config("m"), versions=("1", "\u00b2"))
     assert scan(tmp_path).models["m"].available_versions == [1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared/repository.py read_model: '01' and '1' both parse to version 1, so the "
-    "version is listed twice",
-)
 def test_a_zero_padded_version_is_not_counted_twice(tmp_path: Path) -> None:
     add_model(tmp_path, "m", onnx_config("m"), versions=("1", "01"))
     assert scan(tmp_path).models["m"].available_versions == [1]

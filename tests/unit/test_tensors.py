@@ -362,33 +362,17 @@ def test_uint64_maximum_alone_is_accepted() -> None:
 # --- known bugs --------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared/tensors.py json_to_bytes: np.asarray infers float64 for a list mixing "
-    "values >= 2**63 with smaller ones, so valid UINT64 data is rejected as "
-    "'floating-point numbers'",
-)
 def test_uint64_values_above_int64_mixed_with_small_ones_are_accepted() -> None:
     raw = tensors.json_to_bytes([0, 2**64 - 1, 2**63], "UINT64", [3], "x")
     assert raw == struct.pack("<3Q", 0, 2**64 - 1, 2**63)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared/tensors.py json_to_bytes: JSON booleans (dtype kind 'b') pass the type check "
-    "for integer and float inputs and become 1/0; Triton rejects them ('data' must be numbers)",
-)
 @pytest.mark.parametrize("datatype", ["INT32", "FP32"])
 def test_booleans_for_numeric_input_are_rejected(datatype: str) -> None:
     with pytest.raises(ConchError):
         tensors.json_to_bytes([True, False], datatype, [2], "x")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared/tensors.py to_numpy: a BYTES tensor whose element count differs from its "
-    "shape raises NumPy's ValueError from reshape instead of an INVALID_ARG ConchError",
-)
 def test_bytes_count_not_matching_shape_is_invalid_arg() -> None:
     tensor = Tensor("text", "BYTES", [3], tensors.serialize_bytes([b"a", b"b"]))
     with pytest.raises(ConchError) as info:
@@ -396,11 +380,6 @@ def test_bytes_count_not_matching_shape_is_invalid_arg() -> None:
     assert "'text'" in error_message(info)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared/datatypes.py from_numpy: ml_dtypes' bfloat16 has kind 'V', so any 2-byte "
-    "void dtype (np.dtype('V2')) is reported as BF16 instead of raising ValueError",
-)
 def test_void_dtype_is_not_bf16() -> None:
     with pytest.raises(ValueError):
         datatypes.from_numpy(np.dtype("V2"))

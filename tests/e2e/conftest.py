@@ -1,0 +1,28 @@
+"""A whole mesh (scheduler, ONNX Runtime worker, two gateway processes) per test module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from shared.redis_server import PrivateRedis
+from tests.mesh import Mesh
+
+
+@pytest.fixture(scope="module")
+def mesh(
+    redis_server: PrivateRedis, model_repository: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Mesh]:
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    mesh = Mesh(redis_server.url, model_repository, log_dir=tmp_path_factory.mktemp("logs"))
+    try:
+        mesh.start_all()
+        mesh.wait_ready(["simple", "mlp"])
+        yield mesh
+    finally:
+        mesh.stop()

@@ -1,0 +1,133 @@
+"""Start the mesh's services as real processes for end-to-end tests, one by one or together."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from shared.redis_server import free_port
+
+
+@dataclass
+class Mesh:
+    redis_url: str
+    repository: Path
+    http_port: int = field(default_factory=free_port)
+    log_dir: Path | None = None
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    env_overrides: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"localhost:{self.http_port}"
+
+    def _env(self, extra: dict[str, str]) -> dict[str, str]:
+        return {
+            **os.environ,
+            "CONCH_REDIS_URL": self.redis_url,
+            "CONCH_LOG_FORMAT": "text",
+            "PYTHONUNBUFFERED": "1",
+            **self.env_overrides,
+            **extra,
+        }
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        out = subprocess.DEVNULL
+        if self.log_dir is not None:
+            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
+        process = subprocess.Popen(
+            argv, env=self._env(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.processes[name] = process
+        return process
+
+    def start_scheduler(self, name: str = "scheduler") -> None:
+        self._spawn(name, [sys.executable, "-m", "scheduler"], {"CONCH_SCHEDULER_HEALTH_PORT": "0"})
+
+    def start_worker(self, name: str = "worker", backend: str = "onnxruntime", **env: str) -> None:
+        self._spawn(
+            name,
+            [sys.executable, "-m", "workers", "--backend", backend],
+            {
+                "CONCH_WORKER_MODEL_REPOSITORY": str(self.repository),
+                "CONCH_WORKER_HEALTH_PORT": "0",
+                **env,
+            },
+        )
+
+    def start_gateway(self, processes: int = 2, name: str = "gateway", **env: str) -> None:
+        self._spawn(
+            name,
+            [sys.executable, "-m", "gateway"],
+            {
+                "CONCH_GATEWAY_HOST": "127.0.0.1",
+                "CONCH_GATEWAY_HTTP_PORT": str(self.http_port),
+                "CONCH_GATEWAY_PROCESSES": str(processes),
+                **env,
+            },
+        )
+
+    def start_all(self) -> Mesh:
+        self.start_scheduler()
+        self.start_worker()
+        self.start_gateway()
+        return self
+
+    def wait_ready(self, models: list[str], timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        base = f"http://{self.url}"
+        while time.monotonic() < deadline:
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {process.returncode}: {self.log(name)}")
+            try:
+                ok = httpx.get(f"{base}/v2/health/ready", timeout=1).status_code == 200 and all(
+                    httpx.get(f"{base}/v2/models/{m}/ready", timeout=1).status_code == 200
+                    for m in models
+                )
+                if ok:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"mesh not ready within {timeout_s} s: {self.logs()}")
+
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+        process = self.processes.pop(name)
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=30)
+
+    def stop(self) -> None:
+        for name in list(self.processes):
+            process = self.processes[name]
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for name in list(self.processes):
+            process = self.processes.pop(name)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=5)
+
+    def log(self, name: str) -> str:
+        if self.log_dir is None:
+            return ""
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {n}\n{self.log(n)}" for n in self.processes)
