@@ -1,0 +1,40 @@
+# The README's commands. Everything installs into .venv; nothing outside it is touched.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --disable-pip-version-check -q
+PORT ?= 8000
+REPO ?= examples/model_repository
+# torch is pinned: this exact version is the CPU build; an open range would pull CUDA wheels.
+TORCH ?= torch==2.13.0
+
+.PHONY: up install install-test models test lint bench
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
+
+install: $(PY)
+	$(PIP) $(TORCH)
+	$(PIP) -e ".[onnx,torch]"
+
+models: install
+	$(PY) examples/make_models.py $(REPO)
+	$(PY) examples/make_backend_models.py $(REPO)
+
+# One command: install, generate the example repository, start the whole mesh.
+up: models
+	$(VENV)/bin/conch up --model-repository $(REPO) --http-port $(PORT)
+
+install-test: $(PY)
+	$(PIP) $(TORCH)
+	$(PIP) -e ".[onnx,torch,test,deploy]"
+
+# One command: install what the tests need and run them (CI runs exactly this).
+test: install-test
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest
+
+lint: $(PY)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
