@@ -192,7 +192,12 @@ def cluster(s: ControlPlaneSettings) -> cluster_pb2.Cluster:
         ],
         # A gateway that left the registry is gone now, not after it also fails a check.
         "ignore_health_on_host_removal": True,
-        "common_lb_config": {"healthy_panic_threshold": {"value": s.panic_threshold_percent}},
+        "common_lb_config": {
+            "healthy_panic_threshold": {"value": s.panic_threshold_percent},
+            # Envoy batches host changes for 1 s by default before its workers see them; a
+            # gateway that joined or died must count at once.
+            "update_merge_window": "0s",
+        },
         "circuit_breakers": {"thresholds": [thresholds]},
         # Eject a gateway that refuses or resets connections before the next health check.
         "outlier_detection": {

@@ -4,7 +4,7 @@ It reads the same environment as the real gateway (CONCH_REDIS_URL, CONCH_GATEWA
 CONCH_GATEWAY_HTTP_PORT, CONCH_GATEWAY_ADVERTISE_HOST), heartbeats into
 ``conch:services:gateway`` / ``conch:service:gateway:<id>`` every second with a 3 s expiry,
 answers ``GET /v2`` and the health endpoints, and deregisters on SIGTERM. The Envoy test runs it
-through ``GATEWAY_COMMAND`` in ``tests/deploy/processes.py``; pointing that at
+through ``GATEWAY_COMMAND`` in ``tests/deploy/deploy_procs.py``; pointing that at
 ``[sys.executable, "-m", "gateway"]`` runs the same test against the real gateway.
 """
 
@@ -31,6 +31,7 @@ INTERVAL_S = 1.0
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    wbufsize = 65536  # one write per response (headers + body), flushed by http.server
     gateway_id = ""
 
     def do_GET(self) -> None:

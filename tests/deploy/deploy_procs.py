@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = Path(__file__).resolve().parent / "standin_gateway.py"
@@ -173,3 +174,12 @@ def wait_until(predicate: object, timeout: float, step: float = 0.02) -> float:
         if time.monotonic() - start > timeout:
             raise TimeoutError(f"condition not met within {timeout}s")
         time.sleep(step)
+
+
+class Edge:
+    """The running edge: the launch plan plus the control plane and Envoy processes."""
+
+    def __init__(self, plan: Any, controlplane: Proc, envoy: Proc):
+        self.plan = plan
+        self.controlplane = controlplane
+        self.envoy = envoy

@@ -1,0 +1,69 @@
+"""Fixtures for the deploy tests: a private redis-server, the edge (control plane + Envoy)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import deploy_procs as procs
+
+from controlplane import launch
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: starts real Envoy/Redis processes (seconds)")
+
+
+@pytest.fixture(scope="session")
+def deploy_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("deploy")
+
+
+@pytest.fixture(scope="session")
+def redis_url(deploy_tmp: Path) -> Iterator[str]:
+    proc, url = procs.start_redis(deploy_tmp)
+    try:
+        yield url
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def envoy_path() -> str:
+    try:
+        return launch.envoy_binary()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def edge(redis_url: str, deploy_tmp: Path, envoy_path: str) -> Iterator[procs.Edge]:
+    """The control plane and Envoy as ``conch up --with-envoy`` would start them."""
+    workdir = deploy_tmp / "edge"
+    plan = launch.plan_edge(
+        redis_url, procs.free_port(), workdir=workdir, envoy_path=envoy_path, concurrency=1
+    )
+    plane = procs.Proc("controlplane", plan.controlplane.argv, plan.controlplane.env, deploy_tmp)
+    envoy = None
+    try:
+        procs.wait_http(plan.controlplane_health_url, 15, plane)
+        envoy = procs.Proc("envoy", plan.envoy.argv, plan.envoy.env, deploy_tmp)
+        procs.wait_http(plan.ready_url, 15, envoy)
+        yield procs.Edge(plan, plane, envoy)
+    finally:
+        # Envoy first, so the control plane sees a clean end of the stream.
+        if envoy is not None:
+            envoy.stop()
+        plane.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    return tmp_path

@@ -1,0 +1,155 @@
+"""Real Envoy, driven by the real control plane, follows gateways that come and go.
+
+Gateways are started through ``deploy_procs.GATEWAY_COMMAND`` (a stand-in that keeps the registry
+contract; one line there switches to ``python -m gateway``). Traffic goes through Envoy the whole
+time; killing a gateway may fail at most the requests in flight on it, and Envoy's retries on
+connect failure/reset should save even those.
+"""
+
+from __future__ import annotations
+
+import http.client
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import deploy_procs as procs
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CLUSTER = "conch_gateways"
+FOLLOW_S = 2.0  # joins and leaves must reach Envoy within this
+
+
+@dataclass
+class Traffic:
+    """A few client threads sending GET /v2 through Envoy on keep-alive connections."""
+
+    url: str
+    threads: int = 3
+    results: list[tuple[float, float, int]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _workers: list[threading.Thread] = field(default_factory=list)
+
+    def __enter__(self) -> Traffic:
+        for _ in range(self.threads):
+            worker = threading.Thread(target=self._run, daemon=True)
+            worker.start()
+            self._workers.append(worker)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for worker in self._workers:
+            worker.join(10)
+
+    def _run(self) -> None:
+        host, port = self.url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=5)
+        deadline = time.monotonic() + 60  # bounded even if the test forgets to stop it
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            start = time.monotonic()
+            try:
+                conn.request("GET", "/v2")
+                response = conn.getresponse()
+                response.read()
+                status = response.status
+            except (OSError, http.client.HTTPException):
+                status = 0
+                conn.close()
+                conn = http.client.HTTPConnection(host, int(port), timeout=5)
+            self.results.append((start, time.monotonic(), status))
+            time.sleep(0.003)
+        conn.close()
+
+    def failures(self) -> list[tuple[float, float, int]]:
+        return [r for r in self.results if r[2] != 200]
+
+    def in_flight_at(self, moment: float) -> int:
+        return sum(1 for start, end, _ in self.results if start <= moment <= end)
+
+
+def _usable(edge: procs.Edge) -> dict[int, bool]:
+    return procs.cluster_hosts(edge.plan.admin_url, CLUSTER)
+
+
+def _start_gateway(name: str, redis_url: str, log_dir: Path) -> tuple[procs.Proc, int]:
+    proc, port = procs.start_gateway(name, redis_url, log_dir)
+    procs.wait_port(port, 10, proc)
+    return proc, port
+
+
+def test_envoy_follows_gateways_without_failed_requests(
+    edge: procs.Edge, redis_url: str, log_dir: Path
+) -> None:
+    envoy_pid = edge.envoy.pid
+    a, port_a = _start_gateway("gateway-a", redis_url, log_dir)
+    b, port_b = _start_gateway("gateway-b", redis_url, log_dir)
+    c = None
+    try:
+        procs.wait_until(lambda: _usable(edge).get(port_a) and _usable(edge).get(port_b), 5)
+        with Traffic(edge.plan.public_url) as traffic:
+            time.sleep(0.5)
+            killed_at = time.monotonic()
+            a.signal(signal.SIGKILL)
+            gone = procs.wait_until(lambda: not _usable(edge).get(port_a, False), FOLLOW_S + 1)
+
+            started_at = time.monotonic()
+            c, port_c = procs.start_gateway("gateway-c", redis_url, log_dir)
+            joined = procs.wait_until(lambda: _usable(edge).get(port_c, False), FOLLOW_S + 3)
+            joined_total = time.monotonic() - started_at
+            time.sleep(0.5)
+
+        assert gone <= FOLLOW_S, f"Envoy kept routing to the killed gateway for {gone:.2f}s"
+        assert joined_total <= FOLLOW_S, f"the new gateway took {joined_total:.2f}s to get traffic"
+        in_flight = traffic.in_flight_at(killed_at)
+        failed = traffic.failures()
+        assert len(traffic.results) > 50, "traffic did not flow"
+        assert len(failed) <= in_flight, (
+            f"{len(failed)} failed requests but only {in_flight} were in flight at the kill: "
+            f"{failed[:5]}"
+        )
+        # Envoy was never restarted: the same process applied every change.
+        assert edge.envoy.alive() and edge.envoy.pid == envoy_pid
+        # The killed gateway's registration expires (3 s) and its endpoint leaves EDS.
+        procs.wait_until(lambda: port_a not in _usable(edge), 3.0 + FOLLOW_S)
+        assert set(_usable(edge)) >= {port_b, port_c}
+        print(
+            f"kill->unrouted {gone:.2f}s, start->routed {joined:.2f}s, "
+            f"{len(traffic.results)} requests, {len(failed)} failed"
+        )
+    finally:
+        for proc in (a, b, c):
+            if proc is not None:
+                proc.stop()
+
+
+def test_graceful_leave_removes_endpoint_within_2s(
+    edge: procs.Edge, redis_url: str, log_dir: Path
+) -> None:
+    gateway, port = _start_gateway("gateway-leaving", redis_url, log_dir)
+    try:
+        procs.wait_until(lambda: _usable(edge).get(port, False), 5)
+        gateway.signal(signal.SIGTERM)  # deregisters, then exits
+        took = procs.wait_until(lambda: port not in _usable(edge), FOLLOW_S + 1)
+        assert took <= FOLLOW_S
+    finally:
+        gateway.stop()
+
+
+def test_controlplane_exposes_health_and_metrics(edge: procs.Edge) -> None:
+    base = edge.plan.controlplane_health_url.removesuffix("/v2/health/ready")
+    assert procs.get(f"{base}/v2/health/live")[0] == 200
+    assert procs.get(f"{base}/v2/health/ready")[0] == 200
+    status, body = procs.get(f"{base}/metrics")
+    assert status == 200
+    text = body.decode()
+    assert "conch_controlplane_snapshot_version" in text
+    assert "conch_controlplane_xds_streams 1.0" in text
+    # Envoy's metrics listener exposes only Prometheus stats and readiness, not the admin API.
+    metrics = edge.plan.ready_url.removesuffix("/ready")
+    assert procs.get(f"{metrics}/stats/prometheus")[0] == 200
+    assert procs.get(f"{metrics}/quitquitquit")[0] == 404
