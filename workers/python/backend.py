@@ -193,8 +193,10 @@ class PythonModelInstance(ModelInstance):
         return Execution([self._result(reply) for reply in replies], 0, infer_ns, 0)
 
     def _start(self) -> ModelProcess:
+        """Start a replacement process (the first one is started by ``__init__``)."""
         if self._closed:
             raise ConchError(ErrorCode.UNAVAILABLE, f"model instance '{self.name}' is unloaded")
+        self.restarts += 1
         self._process = ModelProcess(self._init, self.start_timeout_s)
         return self._process
 
@@ -202,7 +204,6 @@ class PythonModelInstance(ModelInstance):
         with self._lock:
             if self._process is not None or self._closed:
                 return
-            self.restarts += 1
             try:
                 self._start()
                 log.warning("python model instance restarted", extra={"instance": self.name})
