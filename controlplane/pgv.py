@@ -76,7 +76,7 @@ def _field(
     value = getattr(msg, field.name)
     if _is_map(field):
         yield from _map(value, field, rules, path)
-    elif field.label == FieldDescriptor.LABEL_REPEATED:
+    elif _is_repeated(field):
         yield from _repeated(value, field, rules, path)
     elif field.type == FieldDescriptor.TYPE_MESSAGE:
         present = msg.HasField(field.name)
@@ -89,8 +89,16 @@ def _is_map(field: FieldDescriptor) -> bool:
     return (
         field.type == FieldDescriptor.TYPE_MESSAGE
         and field.message_type.GetOptions().map_entry
-        and field.label == FieldDescriptor.LABEL_REPEATED
+        and _is_repeated(field)
     )
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    # protobuf >= 6.31 deprecates ``label``; older releases have only ``label``.
+    flag = getattr(field, "is_repeated", None)
+    if isinstance(flag, bool):
+        return flag
+    return field.label == FieldDescriptor.LABEL_REPEATED
 
 
 def _single_message(

@@ -15,8 +15,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +185,51 @@ class Edge:
         self.plan = plan
         self.controlplane = controlplane
         self.envoy = envoy
+
+
+@dataclass
+class Traffic:
+    """A few client threads sending GET /v2 through Envoy on keep-alive connections."""
+
+    url: str
+    threads: int = 3
+    results: list[tuple[float, float, int]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _workers: list[threading.Thread] = field(default_factory=list)
+
+    def __enter__(self) -> Traffic:
+        for _ in range(self.threads):
+            worker = threading.Thread(target=self._run, daemon=True)
+            worker.start()
+            self._workers.append(worker)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for worker in self._workers:
+            worker.join(10)
+
+    def _run(self) -> None:
+        host, port = self.url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=5)
+        deadline = time.monotonic() + 60  # bounded even if the test forgets to stop it
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            start = time.monotonic()
+            try:
+                conn.request("GET", "/v2")
+                response = conn.getresponse()
+                response.read()
+                status = response.status
+            except (OSError, http.client.HTTPException):
+                status = 0
+                conn.close()
+                conn = http.client.HTTPConnection(host, int(port), timeout=5)
+            self.results.append((start, time.monotonic(), status))
+            time.sleep(0.003)
+        conn.close()
+
+    def failures(self) -> list[tuple[float, float, int]]:
+        return [r for r in self.results if r[2] != 200]
+
+    def in_flight_at(self, moment: float) -> int:
+        return sum(1 for start, end, _ in self.results if start <= moment <= end)

@@ -8,11 +8,8 @@ connect failure/reset should save even those.
 
 from __future__ import annotations
 
-import http.client
 import signal
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import deploy_procs as procs
@@ -22,54 +19,6 @@ pytestmark = pytest.mark.slow
 
 CLUSTER = "conch_gateways"
 FOLLOW_S = 2.0  # joins and leaves must reach Envoy within this
-
-
-@dataclass
-class Traffic:
-    """A few client threads sending GET /v2 through Envoy on keep-alive connections."""
-
-    url: str
-    threads: int = 3
-    results: list[tuple[float, float, int]] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _workers: list[threading.Thread] = field(default_factory=list)
-
-    def __enter__(self) -> Traffic:
-        for _ in range(self.threads):
-            worker = threading.Thread(target=self._run, daemon=True)
-            worker.start()
-            self._workers.append(worker)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for worker in self._workers:
-            worker.join(10)
-
-    def _run(self) -> None:
-        host, port = self.url.removeprefix("http://").split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=5)
-        deadline = time.monotonic() + 60  # bounded even if the test forgets to stop it
-        while not self._stop.is_set() and time.monotonic() < deadline:
-            start = time.monotonic()
-            try:
-                conn.request("GET", "/v2")
-                response = conn.getresponse()
-                response.read()
-                status = response.status
-            except (OSError, http.client.HTTPException):
-                status = 0
-                conn.close()
-                conn = http.client.HTTPConnection(host, int(port), timeout=5)
-            self.results.append((start, time.monotonic(), status))
-            time.sleep(0.003)
-        conn.close()
-
-    def failures(self) -> list[tuple[float, float, int]]:
-        return [r for r in self.results if r[2] != 200]
-
-    def in_flight_at(self, moment: float) -> int:
-        return sum(1 for start, end, _ in self.results if start <= moment <= end)
 
 
 def _usable(edge: procs.Edge) -> dict[int, bool]:
@@ -91,7 +40,7 @@ def test_envoy_follows_gateways_without_failed_requests(
     c = None
     try:
         procs.wait_until(lambda: _usable(edge).get(port_a) and _usable(edge).get(port_b), 5)
-        with Traffic(edge.plan.public_url) as traffic:
+        with procs.Traffic(edge.plan.public_url) as traffic:
             time.sleep(0.5)
             killed_at = time.monotonic()
             a.signal(signal.SIGKILL)
