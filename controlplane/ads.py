@@ -21,13 +21,15 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import any_pb2
 
 from controlplane.metrics import Metrics
-from controlplane.resources import CLUSTER, LISTENER, PUSH_ORDER
-from controlplane.snapshot import Snapshot, SnapshotStore
+from controlplane.resources import CLUSTER, ENDPOINT, LISTENER, PUSH_ORDER, ROUTE
+from controlplane.snapshot import Snapshot, SnapshotStore, referenced_clusters
 
 log = logging.getLogger("controlplane.ads")
 
 # Types Envoy subscribes to with an empty name list meaning "everything".
 _WILDCARD = {LISTENER, CLUSTER}
+# Types that point at clusters: sent only once this Envoy ACKed those clusters and endpoints.
+_NEEDS_CLUSTERS = {LISTENER, ROUTE}
 _stream_ids = itertools.count(1)
 
 
@@ -42,6 +44,8 @@ class _TypeState:
     sent_names: frozenset[str] | None = None
     nonce: str = ""
     subscribed: bool = False
+    acked_version: int = 0
+    acked_names: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -134,6 +138,8 @@ class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer
             return
         if request.version_info:
             self.metrics.acks.labels(kind).inc()
+            state.acked_version = int(request.version_info)
+            state.acked_names = state.sent_names or frozenset()
             self.store.record_ack(stream.stream_id, request.type_url, int(request.version_info))
             released = self.store.release_retired()
             if released is not None:
@@ -148,6 +154,8 @@ class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer
         version = snapshot.type_versions[type_url]
         if state.sent_version == version and state.sent_names == state.names:
             return None
+        if type_url in _NEEDS_CLUSTERS and not _clusters_acked(stream, snapshot):
+            return None  # make-before-break: routes wait until their clusters are in Envoy
         available = snapshot.resources.get(type_url, {})
         if type_url in _WILDCARD and not state.names:
             names = sorted(available)
@@ -169,6 +177,31 @@ class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer
         return discovery_pb2.DiscoveryResponse(
             version_info=str(version), resources=resources, type_url=type_url, nonce=state.nonce
         )
+
+
+def _clusters_acked(stream: _Stream, snapshot: Snapshot) -> bool:
+    """Has this Envoy ACKed every cluster the routes use, and the endpoints of those clusters?
+
+    Envoy warms a new cluster (endpoints, first health check) before using it; a route that
+    arrives earlier answers 503 "no cluster" (NC) until then.
+    """
+    needed = referenced_clusters(snapshot.resources)
+    clusters = stream.types.get(CLUSTER)
+    if clusters is None or clusters.acked_version < snapshot.type_versions[CLUSTER]:
+        return False
+    if not needed <= set(snapshot.resources[CLUSTER]):
+        return True  # an invalid reference; validation stops it, never wait on it forever
+    endpoints = stream.types.get(ENDPOINT)
+    eds_needed = {
+        name for name in needed if snapshot.resources[CLUSTER][name].HasField("eds_cluster_config")
+    }
+    if not eds_needed:
+        return True
+    return (
+        endpoints is not None
+        and endpoints.acked_version >= snapshot.type_versions[ENDPOINT]
+        and eds_needed <= endpoints.acked_names
+    )
 
 
 async def _pump(
