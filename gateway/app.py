@@ -222,6 +222,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
         openapi_config=None,
+        logging_config=None,
     )
 
 

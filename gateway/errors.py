@@ -7,6 +7,8 @@ import logging
 import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.errors import ConchError, ErrorCode
 
@@ -55,6 +57,15 @@ def http_error_handler(_: Request, exc: HTTPException) -> Response:
     )
 
 
+def redis_error_handler(request: Request, exc: Exception) -> Response:
+    log.error("redis unreachable", extra={"path": request.url.path, "error": str(exc)})
+    return error_response(
+        ErrorCode.UNAVAILABLE,
+        f"the mesh's Redis is unreachable ({type(exc).__name__}); retry shortly",
+        retry_after_s=1,
+    )
+
+
 def unexpected_error_handler(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error", extra={"path": request.url.path})
     return error_response(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
@@ -63,5 +74,7 @@ def unexpected_error_handler(request: Request, exc: Exception) -> Response:
 EXCEPTION_HANDLERS = {
     ConchError: conch_error_handler,
     HTTPException: http_error_handler,
+    RedisConnectionError: redis_error_handler,
+    RedisTimeoutError: redis_error_handler,
     Exception: unexpected_error_handler,
 }

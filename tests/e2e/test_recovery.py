@@ -149,3 +149,33 @@ def test_no_live_worker_is_a_503_naming_the_model(recovery_mesh: Mesh) -> None:
     mesh.wait_ready(["simple"])
     result = client.infer("simple", [tensor_a, tensor_b])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), 2))
+
+
+async def test_two_schedulers_one_killed_each_request_executed_once(recovery_mesh: Mesh) -> None:
+    mesh = recovery_mesh
+    if not any(n.startswith("worker") for n in mesh.processes):
+        mesh.start_worker("worker-d")
+    mesh.start_scheduler("scheduler-2")
+    mesh.wait_ready(["slow"])
+    client = aiohttpclient.InferenceServerClient(mesh.url, conn_limit=64)
+    before = (await client.get_inference_statistics("slow"))["model_stats"][0]
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal((4, WIDTH)).astype(np.float32) for _ in range(60)]
+
+    async def one(index: int) -> np.ndarray:
+        tensor = aiohttpclient.InferInput("INPUT0", [4, WIDTH], "FP32")
+        tensor.set_data_from_numpy(inputs[index], binary_data=True)
+        return (await client.infer("slow", [tensor])).as_numpy("OUTPUT0")
+
+    try:
+        tasks = [asyncio.create_task(one(i)) for i in range(60)]
+        await asyncio.sleep(0.05)
+        mesh.kill("scheduler", signal.SIGKILL)  # its queued requests go to scheduler-2
+        results = await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
+        after = (await client.get_inference_statistics("slow"))["model_stats"][0]
+    finally:
+        await client.close()
+    expected = expected_slow(mesh.repository, np.concatenate(inputs))
+    np.testing.assert_allclose(np.concatenate(results), expected, rtol=1e-4, atol=1e-4)
+    # 60 requests of 4 rows: 240 inferences, none executed twice.
+    assert int(after["inference_count"]) - int(before["inference_count"]) == 240

@@ -34,12 +34,20 @@ class OnnxRuntimeBackend(Backend):
 
 
 def session_options(parameters: dict[str, str]) -> ort.SessionOptions:
+    """One thread per instance and no spin-waiting unless the config asks otherwise.
+
+    A mesh node runs gateways, a scheduler and workers side by side; ONNX Runtime's defaults (a
+    thread per core, spinning between ops) would take every core from them. Parallelism comes
+    from ``instance_group { count }`` instead, as it does in Triton.
+    """
     options = ort.SessionOptions()
     # Triton's onnxruntime backend parameter names.
-    if "intra_op_thread_count" in parameters:
-        options.intra_op_num_threads = int(parameters["intra_op_thread_count"])
+    options.intra_op_num_threads = int(parameters.get("intra_op_thread_count", 1))
     if "inter_op_thread_count" in parameters:
         options.inter_op_num_threads = int(parameters["inter_op_thread_count"])
+    spinning = parameters.get("allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return options
 
