@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -17,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import psutil
 import pytest
 
 from shared.errors import ConchError, ErrorCode
@@ -283,3 +287,58 @@ def test_slow_start_is_bounded(tmp_path: Path) -> None:
     finally:
         PythonModelInstance.start_timeout_s = original
     assert time.monotonic() - started < 15
+
+
+def test_sigterm_to_the_group_does_not_kill_the_model(
+    repo: Path, instances: list[ModelInstance]
+) -> None:
+    """Supervisors signal the whole process group; finalize must still run at unload."""
+    instance = load(read_model(repo / "python_probe"), instances)
+    assert isinstance(instance, PythonModelInstance) and instance.pid
+    os.kill(instance.pid, signal.SIGTERM)
+    os.kill(instance.pid, signal.SIGINT)
+    (result,) = instance.execute([probe(2)]).results
+    assert result.error is None and instance.restarts == 0
+
+
+WORKER = """
+import sys, time
+from shared.repository import read_model
+from workers.backend import LoadSpec
+from workers.python.backend import PythonBackend
+if __name__ == "__main__":
+    model = read_model(__import__("pathlib").Path(sys.argv[1]))
+    group = model.config.instance_groups[0]
+    spec = LoadSpec(model.config, 1, model.version_path(1), model.path, group, 0)
+    print(PythonBackend().load(spec).pid, flush=True)
+    time.sleep(60)
+"""
+
+
+def test_model_process_exits_when_the_worker_is_killed(repo: Path, tmp_path: Path) -> None:
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    worker = subprocess.Popen(
+        [sys.executable, str(script), str(repo / "python_probe")],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert worker.stdout is not None
+        model_pid = int(worker.stdout.readline())
+        assert psutil.pid_exists(model_pid)
+    finally:
+        worker.kill()
+        worker.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _running(model_pid):
+        time.sleep(0.1)
+    assert not _running(model_pid)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -115,11 +115,8 @@ class ModelProcess:
                     error = f"finalize did not return within {finalize_timeout_s:.0f} s"
             except (EOFError, OSError) as exc:
                 error = f"the model process went away during finalize ({exc})"
-        self.process.join(2)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(2)
-        if self.process.is_alive():
+        self.process.join(2 if finalize_timeout_s > 0 else 0)
+        if self.process.is_alive():  # it ignores SIGTERM (see stub.main): kill it
             self.process.kill()
             self.process.join()
         self.conn.close()

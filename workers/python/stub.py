@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -36,7 +37,11 @@ Reply = tuple[Any, ...]
 
 def main(conn: Connection, init: dict[str, Any]) -> None:
     """Entry point of the spawned process; returns (and exits) when the worker goes away."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when we stop
+    # The worker decides when we stop (and calls finalize first): a SIGTERM or Ctrl-C sent to
+    # the whole process group must not kill the model before that.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _exit_with_parent()
     logging.basicConfig(
         level=init.get("log_level", logging.INFO),
         format=f"%(asctime)s %(levelname)s [{init['args']['model_instance_name']}] %(message)s",
@@ -65,6 +70,18 @@ def main(conn: Connection, init: dict[str, Any]) -> None:
                     error = _describe(exc)
             ipc.send(conn, ("finalized", error))
             return
+
+
+def _exit_with_parent() -> None:
+    """A model stuck in execute never reads the pipe's EOF; leave when the worker is gone."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _load(init: dict[str, Any]) -> tuple[ModuleType, Any]:
