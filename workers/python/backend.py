@@ -177,6 +177,7 @@ class PythonModelInstance(ModelInstance):
             except ConchError as exc:  # could not (re)start the process
                 return Execution([ModelResult(error=exc) for _ in requests])
             except ModelProcessDied as exc:
+                process.stop(0)  # reap it and close the pipe
                 self._process = None
                 threading.Thread(
                     target=self._restart, name=f"restart-{self.name}", daemon=True
