@@ -6,12 +6,14 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import deploy_procs as procs
+import manifests
 
 from controlplane import launch
 
@@ -62,6 +64,12 @@ def edge(redis_url: str, deploy_tmp: Path, envoy_path: str) -> Iterator[procs.Ed
             envoy.stop()
         plane.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    """Each kustomization (base and overlays) rendered once per test session."""
+    return {name: manifests.render(procs.ROOT / "k8s" / name) for name in manifests.RENDERS}
 
 
 @pytest.fixture
