@@ -35,7 +35,8 @@ class JsonFormatter(logging.Formatter):
             entry["request_id"] = request_id
         for key, value in record.__dict__.items():
             if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value
+                # Never let an extra field overwrite the line's own keys.
+                entry[f"extra_{key}" if key in entry else key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return _json.encode(entry).decode("utf-8", errors="replace")

@@ -43,7 +43,7 @@ class Supervisor:
     def start(self, spec: ServiceSpec) -> subprocess.Popen[bytes]:
         process = self._spawn(spec)
         self._services.append(_Running(spec, process, time.monotonic()))
-        log.info("service started", extra={"service": spec.name, "pid": process.pid})
+        log.info("service started", extra={"target": spec.name, "pid": process.pid})
         return process
 
     def _spawn(self, spec: ServiceSpec) -> subprocess.Popen[bytes]:
@@ -67,7 +67,7 @@ class Supervisor:
                 log.error(
                     "service exited; restarting",
                     extra={
-                        "service": running.spec.name,
+                        "target": running.spec.name,
                         "exit_code": code,
                         "restart_in_s": delay,
                         "pid": running.process.pid,
@@ -79,7 +79,7 @@ class Supervisor:
                 running.next_start = 0.0
                 log.info(
                     "service restarted",
-                    extra={"service": running.spec.name, "pid": running.process.pid},
+                    extra={"target": running.spec.name, "pid": running.process.pid},
                 )
 
     def pids(self) -> dict[str, int]:
@@ -97,9 +97,9 @@ class Supervisor:
                 running.process.wait(timeout=remaining)
             except subprocess.TimeoutExpired:
                 log.warning(
-                    "service did not stop in time; killing", extra={"service": running.spec.name}
+                    "service did not stop in time; killing", extra={"target": running.spec.name}
                 )
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(running.process.pid, signal.SIGKILL)
                 running.process.wait(timeout=5)
-            log.info("service stopped", extra={"service": running.spec.name})
+            log.info("service stopped", extra={"target": running.spec.name})

@@ -25,7 +25,10 @@ def main(argv: list[str] | None = None) -> None:
         health_port=args.health_port,
     )
     logs.setup(f"worker-{settings.backend}", settings.log_level, settings.log_format)
+    from workers.gpu_metrics import register_gpu_metrics
     from workers.service import WorkerService
+
+    register_gpu_metrics()  # nv_gpu_* on /metrics where NVML finds a GPU; nothing otherwise
 
     try:
         service = WorkerService(settings)

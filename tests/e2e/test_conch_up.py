@@ -1,0 +1,99 @@
+"""`conch up` as a user runs it: one command, a private Redis, restarts, a clean stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import tritonclient.http as httpclient
+
+from shared.redis_server import free_port
+
+pytestmark = pytest.mark.e2e
+
+
+def _read_until(process: subprocess.Popen[str], pattern: str, timeout_s: float, seen: list[str]):
+    deadline = time.monotonic() + timeout_s
+    assert process.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    while time.monotonic() < deadline:
+        if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+            break
+        line = process.stdout.readline()
+        if not line:
+            if process.poll() is not None:
+                break
+            continue
+        seen.append(line)
+        match = re.search(pattern, line)
+        if match:
+            return match
+    raise AssertionError(f"'{pattern}' not seen within {timeout_s} s:\n{''.join(seen[-40:])}")
+
+
+def test_conch_up_serves_restarts_and_stops(model_repository: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "CONCH_REDIS_URL"}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "shared.cli",
+            "up",
+            "--model-repository",
+            str(model_repository),
+            "--http-port",
+            str(port),
+            "--gateways",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    seen: list[str] = []
+    try:
+        _read_until(process, rf"Conch is ready at http://localhost:{port}", 120, seen)
+        client = httpclient.InferenceServerClient(f"localhost:{port}")
+        a = np.arange(16, dtype=np.int32).reshape(1, 16)
+        inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(a)
+        np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), 2 * a)
+
+        # A worker that dies is restarted by `conch up`, and the model comes back.
+        worker_pid = next(
+            json.loads(line)["pid"]
+            for line in seen
+            if line.startswith("{") and '"service started"' in line and "worker-onnx" in line
+        )
+        os.kill(worker_pid, signal.SIGKILL)
+        _read_until(process, r'"service restarted".*"target":"worker-onnxruntime', 30, seen)
+        deadline = time.monotonic() + 60
+        while not client.is_model_ready("simple") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), 2 * a)
+        children = psutil.Process(process.pid).children(recursive=True)
+        assert any(
+            "redis" in " ".join(c.cmdline()) or "valkey" in " ".join(c.cmdline()) for c in children
+        ), "conch up should start its own Redis"
+    finally:
+        children = psutil.Process(process.pid).children(recursive=True)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    assert process.returncode == 0
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"left running after SIGTERM: {[p.cmdline() for p in alive]}"
