@@ -77,7 +77,8 @@ class VersionQueue:
         self.policy = policy_for(config)
         self.batch_stream = keys.batch_stream(self.model, version)
         self._pending: list[Pending] = []
-        self._ids: set[bytes] = set()
+        # (stream, entry id): ids are per stream, and the priority streams share this queue.
+        self._ids: set[tuple[bytes, bytes]] = set()
         self._seq = 0
         self._arrived = asyncio.Event()
         self._backlog = 0
@@ -92,7 +93,7 @@ class VersionQueue:
         self.instances = max(1, instances)
 
     def add(self, header: RequestHeader, stream: bytes, entry_id: bytes, data: bytes) -> None:
-        if entry_id in self._ids:
+        if (stream, entry_id) in self._ids:
             return
         self._seq += 1
         item = Pending(
@@ -104,7 +105,7 @@ class VersionQueue:
             time.monotonic() * 1e6,
         )
         bisect.insort(self._pending, item)
-        self._ids.add(entry_id)
+        self._ids.add((stream, entry_id))
         self._arrived.set()
 
     def __len__(self) -> int:
@@ -201,7 +202,7 @@ class VersionQueue:
                 ErrorCode.UNAVAILABLE,
             )
             for item, _ in expired:
-                self._ids.discard(item.entry_id)
+                self._ids.discard((item.stream, item.entry_id))
 
     async def answer_errors(
         self,
@@ -257,7 +258,7 @@ class VersionQueue:
             results = await pipe.execute()
         self._backlog = int(results[-1])
         for p in chosen:
-            self._ids.discard(p.entry_id)
+            self._ids.discard((p.stream, p.entry_id))
         self.batches += 1
         self.batched_requests += len(chosen)
         log.debug(
