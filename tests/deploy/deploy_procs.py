@@ -25,9 +25,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = Path(__file__).resolve().parent / "standin_gateway.py"
 
-# The gateway under test. To run the Envoy tests against the real gateway, use:
-#   GATEWAY_COMMAND = [sys.executable, "-m", "gateway"]
-GATEWAY_COMMAND: list[str] = [sys.executable, str(STANDIN)]
+# The gateways the Envoy tests run against: the real one (``conch gateway``) and a stand-in
+# that keeps only the registry contract, so a failure tells whether the edge or the gateway
+# broke. Both read the same environment; adding a kind here adds it to every Envoy test.
+GATEWAY_COMMANDS: dict[str, list[str]] = {
+    "conch-gateway": [sys.executable, "-m", "gateway"],
+    "standin": [sys.executable, str(STANDIN)],
+}
 
 
 def free_port() -> int:
@@ -97,7 +101,9 @@ def start_redis(log_dir: Path) -> tuple[Proc, str]:
     return proc, f"redis://127.0.0.1:{port}/0"
 
 
-def start_gateway(name: str, redis_url: str, log_dir: Path) -> tuple[Proc, int]:
+def start_gateway(
+    name: str, redis_url: str, log_dir: Path, kind: str = "conch-gateway"
+) -> tuple[Proc, int]:
     port = free_port()
     env = {
         "CONCH_REDIS_URL": redis_url,
@@ -106,7 +112,7 @@ def start_gateway(name: str, redis_url: str, log_dir: Path) -> tuple[Proc, int]:
         "CONCH_GATEWAY_ADVERTISE_HOST": "127.0.0.1",
         "CONCH_GATEWAY_PROCESSES": "1",
     }
-    return Proc(name, GATEWAY_COMMAND, env, log_dir), port
+    return Proc(name, GATEWAY_COMMANDS[kind], env, log_dir), port
 
 
 def wait_port(port: int, timeout: float, proc: Proc | None = None) -> None:

@@ -3,9 +3,9 @@
 It reads the same environment as the real gateway (CONCH_REDIS_URL, CONCH_GATEWAY_HOST,
 CONCH_GATEWAY_HTTP_PORT, CONCH_GATEWAY_ADVERTISE_HOST), heartbeats into
 ``conch:services:gateway`` / ``conch:service:gateway:<id>`` every second with a 3 s expiry,
-answers ``GET /v2`` and the health endpoints, and deregisters on SIGTERM. The Envoy test runs it
-through ``GATEWAY_COMMAND`` in ``tests/deploy/deploy_procs.py``; pointing that at
-``[sys.executable, "-m", "gateway"]`` runs the same test against the real gateway.
+answers ``GET /v2`` and the health endpoints, and deregisters on SIGTERM. The Envoy tests run it
+as ``GATEWAY_COMMANDS["standin"]`` (``tests/deploy/deploy_procs.py``) beside the real gateway,
+so a failure shows whether the edge or the gateway broke; the xDS update tests use only it.
 """
 
 from __future__ import annotations

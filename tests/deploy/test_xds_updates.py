@@ -54,7 +54,8 @@ class Harness:
 
 @pytest.fixture
 async def harness(redis_url: str, log_dir: Path, envoy_path: str) -> AsyncIterator[Harness]:
-    gateway, gateway_port = procs.start_gateway("gateway", redis_url, log_dir)
+    # The stand-in: these tests are about the control plane, and it starts in a blink.
+    gateway, gateway_port = procs.start_gateway("gateway", redis_url, log_dir, "standin")
     listener_port = procs.free_port()
     settings = ControlPlaneSettings.from_env(
         {},
