@@ -158,6 +158,11 @@ def test_a_crashing_model_process_is_restarted(backend_mesh: Mesh) -> None:
         assert client.infer("python_probe", inputs).as_numpy("OUTPUT0")[0][0] == 42
 
 
+def _clear(directory: str) -> None:
+    for path in Path(directory).iterdir():
+        path.unlink()
+
+
 async def test_two_instances_execute_two_batches_at_once(backend_mesh: Mesh) -> None:
     # Each execution waits inside execute until another one is there too: only two instances
     # running at the same time let both requests finish with a positive PID.
@@ -174,8 +179,7 @@ async def test_two_instances_execute_two_batches_at_once(backend_mesh: Mesh) -> 
         try:
             first = await call(1)  # alone: cannot meet anyone, so answers with -pid
             assert first.as_numpy("PID")[0][0] < 0
-            for path in Path(meeting).iterdir():
-                path.unlink()
+            _clear(meeting)
             results = await asyncio.gather(call(2), call(3))
         finally:
             await client.close()
