@@ -28,7 +28,7 @@ def deploy_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def redis_url(deploy_tmp: Path) -> Iterator[str]:
+def edge_redis_url(deploy_tmp: Path) -> Iterator[str]:
     proc, url = procs.start_redis(deploy_tmp)
     try:
         yield url
@@ -45,11 +45,11 @@ def envoy_path() -> str:
 
 
 @pytest.fixture(scope="module")
-def edge(redis_url: str, deploy_tmp: Path, envoy_path: str) -> Iterator[procs.Edge]:
+def edge(edge_redis_url: str, deploy_tmp: Path, envoy_path: str) -> Iterator[procs.Edge]:
     """The control plane and Envoy as ``conch up --with-envoy`` would start them."""
     workdir = deploy_tmp / "edge"
     plan = launch.plan_edge(
-        redis_url, procs.free_port(), workdir=workdir, envoy_path=envoy_path, concurrency=1
+        edge_redis_url, procs.free_port(), workdir=workdir, envoy_path=envoy_path, concurrency=1
     )
     plane = procs.Proc("controlplane", plan.controlplane.argv, plan.controlplane.env, deploy_tmp)
     envoy = None

@@ -139,8 +139,8 @@ async def test_resolver_maps_unspecified_and_names_to_ips() -> None:
     assert await resolver.endpoints(regs) == {A}  # processes sharing a port: one endpoint
 
 
-async def test_live_gateways_follow_heartbeat_expiry(redis_url: str) -> None:
-    client = aioredis.Redis.from_url(redis_url)
+async def test_live_gateways_follow_heartbeat_expiry(edge_redis_url: str) -> None:
+    client = aioredis.Redis.from_url(edge_redis_url)
     now = int(time.time() * 1000)
     registry = keys.service_registry("gateway")
     try:

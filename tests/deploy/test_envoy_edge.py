@@ -31,20 +31,22 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 
 def _start_gateways(
-    names: list[str], redis_url: str, log_dir: Path, kind: str
+    names: list[str], edge_redis_url: str, log_dir: Path, kind: str
 ) -> list[tuple[procs.Proc, int]]:
     """Start them together, then wait until each listens (and so is registered)."""
-    started = [procs.start_gateway(name, redis_url, log_dir, kind) for name in names]
+    started = [procs.start_gateway(name, edge_redis_url, log_dir, kind) for name in names]
     for proc, port in started:
         procs.wait_port(port, 30, proc)  # the real gateway's imports take seconds on 2 cores
     return started
 
 
 def test_envoy_follows_gateways_without_failed_requests(
-    edge: procs.Edge, redis_url: str, log_dir: Path, kind: str
+    edge: procs.Edge, edge_redis_url: str, log_dir: Path, kind: str
 ) -> None:
     envoy_pid = edge.envoy.pid
-    (a, port_a), (b, port_b) = _start_gateways(["gateway-a", "gateway-b"], redis_url, log_dir, kind)
+    (a, port_a), (b, port_b) = _start_gateways(
+        ["gateway-a", "gateway-b"], edge_redis_url, log_dir, kind
+    )
     c = None
     try:
         procs.wait_until(lambda: _usable(edge).get(port_a) and _usable(edge).get(port_b), 5)
@@ -56,7 +58,7 @@ def test_envoy_follows_gateways_without_failed_requests(
 
             # Joining is timed from the moment the new gateway listens (it registers then);
             # how long its own process takes to start is not Envoy's to follow.
-            ((c, port_c),) = _start_gateways(["gateway-c"], redis_url, log_dir, kind)
+            ((c, port_c),) = _start_gateways(["gateway-c"], edge_redis_url, log_dir, kind)
             joined = procs.wait_until(lambda: _usable(edge).get(port_c, False), FOLLOW_S + 3)
             time.sleep(0.5)
 
@@ -85,9 +87,9 @@ def test_envoy_follows_gateways_without_failed_requests(
 
 
 def test_graceful_leave_removes_endpoint_within_2s(
-    edge: procs.Edge, redis_url: str, log_dir: Path, kind: str
+    edge: procs.Edge, edge_redis_url: str, log_dir: Path, kind: str
 ) -> None:
-    ((gateway, port),) = _start_gateways(["gateway-leaving"], redis_url, log_dir, kind)
+    ((gateway, port),) = _start_gateways(["gateway-leaving"], edge_redis_url, log_dir, kind)
     try:
         procs.wait_until(lambda: _usable(edge).get(port, False), 5)
         gateway.signal(signal.SIGTERM)  # deregisters, then exits

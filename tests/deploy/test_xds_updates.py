@@ -53,13 +53,13 @@ class Harness:
 
 
 @pytest.fixture
-async def harness(redis_url: str, log_dir: Path, envoy_path: str) -> AsyncIterator[Harness]:
+async def harness(edge_redis_url: str, log_dir: Path, envoy_path: str) -> AsyncIterator[Harness]:
     # The stand-in: these tests are about the control plane, and it starts in a blink.
-    gateway, gateway_port = procs.start_gateway("gateway", redis_url, log_dir, "standin")
+    gateway, gateway_port = procs.start_gateway("gateway", edge_redis_url, log_dir, "standin")
     listener_port = procs.free_port()
     settings = ControlPlaneSettings.from_env(
         {},
-        redis_url=redis_url,
+        redis_url=edge_redis_url,
         xds_host="127.0.0.1",
         xds_port=procs.free_port(),
         health_host="127.0.0.1",
@@ -71,7 +71,7 @@ async def harness(redis_url: str, log_dir: Path, envoy_path: str) -> AsyncIterat
     await plane.start()
     plane.publish({resources.Endpoint("127.0.0.1", gateway_port)})
     plan = launch.plan_edge(
-        redis_url,
+        edge_redis_url,
         listener_port,
         xds_port=plane.xds_port,
         workdir=log_dir / "edge",
