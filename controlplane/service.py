@@ -14,6 +14,7 @@ import logging
 import signal
 
 import grpc
+from redis.exceptions import RedisError
 
 from controlplane import resources
 from controlplane.ads import AggregatedDiscoveryService, add_to_server
@@ -94,12 +95,12 @@ class ControlPlane:
                     if failing:
                         log.info("gateway registry readable again")
                     failing = False
-                except (OSError, ConnectionError, TimeoutError) as exc:
+                except (RedisError, OSError, TimeoutError) as exc:
                     self.metrics.redis_errors.inc()
                     if not failing:
                         log.warning("cannot read the gateway registry", extra={"error": str(exc)})
                     failing = True
-                except Exception as exc:  # a Redis client error type, or a bug: keep serving
+                except Exception as exc:  # a bug: log it, keep serving the last snapshot
                     self.metrics.redis_errors.inc()
                     if not failing:
                         log.exception("registry poll failed", extra={"error": str(exc)})

@@ -5,6 +5,7 @@ The registry reader runs against the session's real redis-server.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -15,6 +16,7 @@ from controlplane import bootstrap, launch, pgv, resources
 from controlplane.health import HealthServer
 from controlplane.metrics import Metrics
 from controlplane.registry import Registration, Resolver, live_gateways
+from controlplane.service import ControlPlane
 from controlplane.settings import ControlPlaneSettings
 from controlplane.snapshot import InvalidSnapshot, SnapshotStore, validate
 from shared import keys
@@ -199,3 +201,31 @@ def test_launch_plan_for_conch_up(tmp_path: object) -> None:
         ]
         == []
     )
+
+
+async def test_a_redis_outage_keeps_the_last_snapshot_in_force() -> None:
+    """With the registry unreadable, Envoy keeps being served what it had."""
+    dead_port = launch.free_port()
+    settings = _settings(
+        redis_url=f"redis://127.0.0.1:{dead_port}/0",
+        xds_host="127.0.0.1",
+        xds_port=0,
+        health_host="127.0.0.1",
+        health_port=0,
+        poll_interval_s=0.05,
+    )
+    plane = ControlPlane(settings)
+    await plane.start()
+    plane.publish({A})
+    version = plane.store.current.version if plane.store.current else 0
+    watcher = asyncio.create_task(plane.watch())
+    try:
+        await asyncio.sleep(0.5)
+        errors = plane.metrics.registry.get_sample_value("conch_controlplane_redis_errors_total")
+        assert errors is not None and errors >= 1
+        assert plane.store.current is not None and plane.store.current.version == version
+        assert plane.health.route("GET", "/v2/health/ready")[0] == 200
+    finally:
+        plane.stop()
+        await watcher
+        await plane.close()
