@@ -18,11 +18,14 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 
 from gateway import stats
+from gateway.admin import AdminStore, admin_router, openapi_config
 from gateway.dataplane import DataPlane
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.http_codec import HEADER_LENGTH, decompress, encode_infer_response, parse_infer_request
 from gateway.model_table import ModelTable
 from gateway.replies import ReplyRouter
+from gateway.repository_api import RepositoryControl, repository_router
+from gateway.routing import ROUTE_KEY_HEADER, Caller, TrafficPolicy
 from gateway.settings import GatewaySettings
 from shared import logs, redis_conn, registry
 from shared.errors import ConchError, ErrorCode
@@ -38,6 +41,8 @@ EXTENSIONS = [
     "schedule_policy",
     "parameters",
     "statistics",
+    "model_repository",
+    "model_repository(unload_dependents)",
 ]
 
 
@@ -50,9 +55,14 @@ class GatewayState:
         )
         self.table = ModelTable(self.redis, settings.refresh_interval_ms / 1000)
         self.replies = ReplyRouter(settings.redis_url, self.id)
-        self.dataplane = DataPlane(
-            self.redis, self.table, self.replies, settings.default_timeout_ms
+        self.policy = TrafficPolicy(
+            self.redis, self.table, settings.refresh_interval_ms / 1000, settings.allow_anonymous
         )
+        self.dataplane = DataPlane(
+            self.redis, self.table, self.replies, settings.default_timeout_ms, self.policy
+        )
+        self.admin = AdminStore(self.redis)
+        self.repository = RepositoryControl(self.redis, self.table, settings.control_timeout_s)
 
     async def heartbeat(self) -> None:
         s = self.settings
@@ -167,7 +177,8 @@ async def infer(request: Request, model: str, version: str | None = None) -> Res
     headers = request.headers
     body = decompress(await request.body(), headers.get("content-encoding"))
     parsed = parse_infer_request(body, headers.get(HEADER_LENGTH))
-    outcome = await state.dataplane.infer(model, version, parsed)
+    caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
+    outcome = await state.dataplane.infer(model, version, parsed, caller)
     binary = {o.name: o.binary for o in outcome.request.outputs}
     if not outcome.request.outputs and parsed.binary_default:
         binary = {t.name: True for t in outcome.reply.outputs}
@@ -192,15 +203,18 @@ def create_app(settings: GatewaySettings) -> Litestar:
             asyncio.create_task(state.table.run(), name="model-table"),
             asyncio.create_task(state.replies.run(), name="reply-reader"),
             asyncio.create_task(state.heartbeat(), name="heartbeat"),
+            asyncio.create_task(state.policy.run(), name="traffic-policy"),
         ]
         try:
             await asyncio.wait_for(state.table.loaded.wait(), timeout=10)
+            await asyncio.wait_for(state.policy.loaded.wait(), timeout=10)
         except TimeoutError:
             log.warning("model table not loaded yet; serving anyway")
         log.info("gateway process ready", extra={"gateway": state.id, "port": settings.http_port})
         try:
             yield
         finally:
+            await state.policy.stop()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -218,10 +232,12 @@ def create_app(settings: GatewaySettings) -> Litestar:
             model_config,
             model_statistics,
             infer,
+            admin_router(),
+            repository_router(),
         ],
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
-        openapi_config=None,
+        openapi_config=openapi_config(SERVER_VERSION),
         logging_config=None,
     )
 

@@ -16,6 +16,7 @@ from gateway.http_codec import ParsedRequest
 from gateway.model_table import ModelTable
 from gateway.policy import queue_ticket
 from gateway.replies import ReplyRouter
+from gateway.routing import ANONYMOUS_CALLER, Caller, TrafficPolicy
 from gateway.validation import ValidRequest, validate
 from shared import envelope, keys
 from shared.envelope import InferRequest, Reply, RequestHeader
@@ -51,18 +52,32 @@ class DataPlane:
         table: ModelTable,
         replies: ReplyRouter,
         default_timeout_ms: int,
+        policy: TrafficPolicy | None = None,
     ):
         self._redis = r
+        self.policy = policy
         self.table = table
         self.replies = replies
         self._default_timeout_ms = default_timeout_ms
         self._enqueue = r.register_script(ENQUEUE_LUA)
 
-    async def infer(self, model: str, version: str | None, parsed: ParsedRequest) -> InferOutcome:
+    async def infer(
+        self,
+        model: str,
+        version: str | None,
+        parsed: ParsedRequest,
+        caller: Caller = ANONYMOUS_CALLER,
+    ) -> InferOutcome:
         config = self.table.config(model)
-        number = self.table.resolve_version(model, version)
+        if self.policy is None:
+            tenant, number = None, self.table.resolve_version(model, version)
+        else:  # auth (401/403), rate limit (429), then version choice by weights
+            tenant = await self.policy.admit(model, caller)
+            number = self.policy.route(model, version, caller)
         valid = validate(config, parsed)
-        ticket = queue_ticket(config, parsed.parameters)
+        ticket = queue_ticket(config, parsed.parameters, tenant.priority if tenant else 0)
+        if self.policy is not None:
+            self.policy.shadow(self, model, version, number, parsed, tenant)
         request_id = uuid.uuid4().hex
         request_id_var.set(parsed.id or request_id)
         now = int(time.time() * 1000)

@@ -25,10 +25,13 @@ def _int_param(parameters: dict[str, Any], name: str) -> int:
     return value
 
 
-def queue_ticket(config: ModelConfig, parameters: dict[str, Any]) -> QueueTicket:
+def queue_ticket(
+    config: ModelConfig, parameters: dict[str, Any], default_priority: int = 0
+) -> QueueTicket:
     """Priority 0 or one past the model's levels means the model's default level, as in Triton;
-    a request's timeout may only lower the policy's, and only where the policy allows it."""
-    requested = _int_param(parameters, "priority")
+    a request's timeout may only lower the policy's, and only where the policy allows it.
+    ``default_priority`` (the tenant's) stands in for a request without a priority."""
+    requested = _int_param(parameters, "priority") or default_priority
     timeout = _int_param(parameters, "timeout")
     batching = config.dynamic_batching
     levels = batching.priority_levels if batching else 0

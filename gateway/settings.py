@@ -22,3 +22,11 @@ class GatewaySettings(Settings, kw_only=True):
     # How often the model table (configs, ready versions) is re-read from Redis.
     refresh_interval_ms: int = 250
     redis_pool_size: int = 64
+    # Admin API (/v2/admin/...) bearer token; empty: the admin API is off.
+    admin_token: str = ""
+    # Inference without an API key (as the anonymous tenant when one is defined).
+    allow_anonymous: bool = True
+    # Whether /v2/repository/... (load, unload, index) needs the admin token too.
+    repository_requires_admin: bool = True
+    # How long a load or unload waits for every worker of the fleet to answer.
+    control_timeout_s: float = 120.0

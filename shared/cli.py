@@ -7,6 +7,7 @@ import contextlib
 import http.client
 import logging
 import os
+import secrets
 import signal
 import sys
 import time
@@ -28,6 +29,10 @@ def main(argv: list[str] | None = None) -> None:
     if argv and argv[0] in ("gateway", "scheduler", "worker"):
         module = {"gateway": "gateway", "scheduler": "scheduler", "worker": "workers"}[argv[0]]
         os.execv(sys.executable, [sys.executable, "-m", module, *argv[1:]])
+    if argv and argv[0] == "admin":
+        from shared import admin_cli
+
+        raise SystemExit(admin_cli.main(argv[1:]))
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "up":
@@ -49,9 +54,27 @@ def _parser() -> argparse.ArgumentParser:
     up_parser.add_argument("--ready-timeout", type=float, default=180.0)
     up_parser.add_argument("--log-format", choices=["json", "text"], default="json")
     up_parser.add_argument("--log-level", default="INFO")
+    up_parser.add_argument(
+        "--admin-token",
+        default=os.environ.get("CONCH_ADMIN_TOKEN", ""),
+        help="admin API token (default: $CONCH_ADMIN_TOKEN, else a generated one, printed)",
+    )
+    up_parser.add_argument(
+        "--allow-anonymous",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="allow inference without an API key",
+    )
+    up_parser.add_argument(
+        "--with-prometheus",
+        action="store_true",
+        help="also start a local Prometheus (the system's `prometheus`) scraping every service",
+    )
+    up_parser.add_argument("--prometheus-port", type=int, default=9090)
     sub.add_parser("gateway", help="run one gateway service (uvicorn, several processes)")
     sub.add_parser("scheduler", help="run one scheduler service")
     sub.add_parser("worker", help="run one worker service: conch worker --backend NAME")
+    sub.add_parser("admin", help="admin API client: conch admin weights|tenants|shadow|models")
     return parser
 
 
@@ -86,9 +109,13 @@ def up(args: argparse.Namespace) -> int:
         "CONCH_LOG_LEVEL": args.log_level,
         "PYTHONUNBUFFERED": "1",
     }
+    admin_token = args.admin_token or secrets.token_urlsafe(24)
     python = sys.executable
     supervisor = Supervisor()
     stopping = False
+    # Prometheus targets (job -> host:port): each service's /metrics.
+    targets: dict[str, list[str]] = {"conch-scheduler": [], "conch-worker": []}
+    prometheus = None
 
     def request_stop(signum: int, _frame: object) -> None:
         nonlocal stopping
@@ -98,15 +125,19 @@ def up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     try:
         for index in range(args.schedulers):
+            port = free_port()
+            targets["conch-scheduler"].append(f"127.0.0.1:{port}")
             supervisor.start(
                 ServiceSpec(
                     f"scheduler-{index}",
                     [python, "-m", "scheduler"],
-                    {**common, "CONCH_SCHEDULER_HEALTH_PORT": str(free_port())},
+                    {**common, "CONCH_SCHEDULER_HEALTH_PORT": str(port)},
                 )
             )
         for backend in backends:
             for index in range(args.workers_per_backend):
+                port = free_port()
+                targets["conch-worker"].append(f"127.0.0.1:{port}")
                 supervisor.start(
                     ServiceSpec(
                         f"worker-{backend}-{index}",
@@ -114,7 +145,7 @@ def up(args: argparse.Namespace) -> int:
                         {
                             **common,
                             "CONCH_WORKER_MODEL_REPOSITORY": str(repo),
-                            "CONCH_WORKER_HEALTH_PORT": str(free_port()),
+                            "CONCH_WORKER_HEALTH_PORT": str(port),
                         },
                     )
                 )
@@ -127,15 +158,25 @@ def up(args: argparse.Namespace) -> int:
                     "CONCH_GATEWAY_HOST": args.host,
                     "CONCH_GATEWAY_HTTP_PORT": str(args.http_port),
                     "CONCH_GATEWAY_PROCESSES": str(args.gateways),
+                    "CONCH_GATEWAY_ADMIN_TOKEN": admin_token,
+                    "CONCH_GATEWAY_ALLOW_ANONYMOUS": str(args.allow_anonymous).lower(),
                 },
             )
         )
         url = f"http://{_display_host(args.host)}:{args.http_port}"
+        targets["conch-gateway"] = [f"{_display_host(args.host)}:{args.http_port}"]
+        if args.with_prometheus:
+            prometheus = _start_prometheus(targets, args.prometheus_port)
         models = sorted(m for m, entry in scan.models.items() if entry.config.backend in backends)
         ready = _wait_ready(url, models, args.ready_timeout, supervisor, lambda: stopping)
         if ready:
             print(f"Conch is ready at {url}  (models: {', '.join(models)})", flush=True)
             print(f"Redis: {redis_url}  |  Ctrl-C stops everything", flush=True)
+            if not args.admin_token:
+                print(f"Admin token (generated): {admin_token}", flush=True)
+            print(
+                f"  conch admin --url {url} --token <admin token> weights get <model>", flush=True
+            )
         while not stopping:
             supervisor.check()
             time.sleep(0.5)
@@ -143,8 +184,29 @@ def up(args: argparse.Namespace) -> int:
     finally:
         log.info("stopping the mesh")
         supervisor.stop_all()
+        if prometheus is not None:
+            prometheus.stop()
         if private is not None:
             private.stop()
+
+
+def _start_prometheus(targets: dict[str, list[str]], port: int):
+    """A local Prometheus with the project's rules scraping every service; None if missing."""
+    from shared.prometheus_local import LocalPrometheus
+
+    prometheus = LocalPrometheus(targets, port)
+    try:
+        prometheus.start().wait_ready()
+    except (OSError, RuntimeError, TimeoutError) as exc:
+        print(f"conch up: Prometheus not started: {exc}", file=sys.stderr, flush=True)
+        prometheus.stop()
+        return None
+    print(
+        f"Prometheus: {prometheus.url}  (config {prometheus.config_path}; "
+        "first samples after ~6 s)",
+        flush=True,
+    )
+    return prometheus
 
 
 def _display_host(host: str) -> str:

@@ -74,3 +74,81 @@ def service_registry(kind: str) -> str:
 def service_info(kind: str, service_id: str) -> str:
     """HASH of one service's details (host, port, pid, backend, models), expiring with it."""
     return f"{PREFIX}:service:{kind}:{service_id}"
+
+
+# --- Traffic policy (tenants, API keys, rate limits, version weights, shadow traffic) ---------
+# Global policy keys share a hash tag so that one Lua script may update a group of them.
+
+
+def tenants() -> str:
+    """HASH tenant name -> tenant record JSON (no raw keys: see ``api_keys``)."""
+    return f"{PREFIX}:{{tenants}}"
+
+
+def api_keys() -> str:
+    """HASH sha256(api key) hex -> tenant name."""
+    return f"{PREFIX}:{{tenants}}:apikeys"
+
+
+def tenant_keys(tenant: str) -> str:
+    """SET of the sha256 hex digests of one tenant's API keys."""
+    return f"{PREFIX}:{{tenants}}:keys:{tenant}"
+
+
+def tenants_rev() -> str:
+    """Counter bumped on every tenant or key change, so gateways reload only on change."""
+    return f"{PREFIX}:{{tenants}}:rev"
+
+
+def rate_bucket(tenant: str, model: str | None = None) -> str:
+    """HASH token bucket (tokens, ts) of a tenant, or of a tenant and one model."""
+    base = f"{PREFIX}:rl:{{{tenant}}}"
+    return base if model is None else f"{base}:m:{model}"
+
+
+def weights() -> str:
+    """HASH model name -> version weights JSON ``{"1": 80, "3": 20}``."""
+    return f"{PREFIX}:{{policy}}:weights"
+
+
+def shadow() -> str:
+    """HASH model name -> shadow traffic JSON ``{"version": 2, "percent": 10}``."""
+    return f"{PREFIX}:{{policy}}:shadow"
+
+
+def draining() -> str:
+    """HASH "model:version" -> ms since epoch: versions being unloaded, routed around."""
+    return f"{PREFIX}:{{policy}}:draining"
+
+
+def policy_rev() -> str:
+    """Counter bumped on every weights, shadow or draining change."""
+    return f"{PREFIX}:{{policy}}:rev"
+
+
+def shadow_stats(model: str, version: int) -> str:
+    """HASH of shadow traffic counters (sent, succeeded, failed, latency_us) for a version."""
+    return f"{_model(model)}:shadow:{version}"
+
+
+# --- Fleet-wide model control (Triton's model repository extension) ----------------------------
+
+
+def control_stream() -> str:
+    """STREAM of model control messages; every worker reads all of it (no consumer group)."""
+    return f"{PREFIX}:control"
+
+
+def control_state() -> str:
+    """HASH model -> desired state JSON (config override, unloaded versions) for new workers."""
+    return f"{PREFIX}:control:models"
+
+
+def control_acks(message_id: str) -> str:
+    """LIST of the workers' answers to one control message."""
+    return f"{PREFIX}:control:ack:{message_id}"
+
+
+def repository_index() -> str:
+    """HASH model -> what workers found on disk ``{"versions": [...], "error": ...}``."""
+    return f"{PREFIX}:repository"

@@ -23,6 +23,7 @@ from shared.errors import ConchError, ErrorCode
 from shared.health_http import HealthServer
 from shared.publish import queue_replies
 from workers.backend import Backend, ModelInstance, ModelRequest
+from workers.control import ModelControl
 from workers.loader import LoadedVersion, load_version
 from workers.registry import load_backend
 from workers.settings import WorkerSettings
@@ -43,17 +44,20 @@ class WorkerService:
         self._stopping = asyncio.Event()
         self._reclaimed: dict[tuple[str, int], asyncio.Queue[streams.Entry]] = {}
         self._executor: ThreadPoolExecutor | None = None
+        # Serving tasks of every loaded version; versions loaded at runtime add theirs.
+        self._serving: list[asyncio.Task[None]] = []
+        self.control = ModelControl(self)
 
     async def run(self) -> None:
         health = HealthServer(self.settings.health_host, self.settings.health_port, self.ready)
         await health.start()
-        serving: list[asyncio.Task[None]] = []
+        serving = self._serving
         background: list[asyncio.Task[None]] = []
         try:
             await self._load_all()
             total = sum(len(v.instances) for v in self.loaded.values())
-            self._executor = ThreadPoolExecutor(
-                max_workers=max(1, total), thread_name_prefix="exec"
+            self._executor = ThreadPoolExecutor(  # headroom for versions loaded at runtime
+                max_workers=max(64, total), thread_name_prefix="exec"
             )
             for key, loaded in self.loaded.items():
                 self._reclaimed[key] = asyncio.Queue()
@@ -68,6 +72,7 @@ class WorkerService:
             background = [
                 asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
                 asyncio.create_task(self._reclaim_loop(), name="reclaim"),
+                asyncio.create_task(self.control.run(), name="model-control"),
             ]
             self.ready.set()
             log.info(
@@ -92,7 +97,7 @@ class WorkerService:
         }
 
     async def _load_all(self) -> None:
-        scan = repository.scan(self.settings.model_repository)
+        scan = await self.control.startup_scan(repository.scan(self.settings.model_repository))
         for name, error in scan.errors.items():
             log.error("model not loadable", extra={"model": name, "error": error})
         wanted = set(self.settings.models)

@@ -21,3 +21,6 @@ class WorkerSettings(Settings, kw_only=True):
     max_deliveries: int = 3
     # Seconds to finish in-flight batches on SIGTERM before leaving them to another worker.
     drain_timeout_s: float = 10.0
+    # Seconds between marking a version draining (gateways stop routing requests without a
+    # version to it; they re-read every 250 ms) and no longer taking requests that name it.
+    drain_route_delay_s: float = 0.75

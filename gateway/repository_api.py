@@ -1,0 +1,283 @@
+"""Triton's model repository extension, fleet-wide: index, load, unload.
+
+``load`` and ``unload`` publish one control message (``shared.control``) that every worker reads;
+the call returns once each worker that was live has answered, so when it returns 200 the version
+is loaded (or unloaded) across the fleet. A version that has weight is never unloaded: the call
+is refused with a message saying to set its weight to 0 first. Unloading drains: gateways stop
+routing requests without a version to it, then the workers finish what was queued for it.
+
+These routes need the admin token unless ``CONCH_GATEWAY_REPOSITORY_REQUIRES_ADMIN=false``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+import redis.asyncio as aioredis
+from litestar import Request, Response, Router, post
+from litestar.connection import ASGIConnection
+from litestar.handlers import BaseRouteHandler
+
+from gateway.admin import ADMIN_SECURITY, admin_guard
+from gateway.model_table import ModelTable
+from gateway.routing import decode_weights
+from shared import control, keys, model_config, registry
+from shared.errors import ConchError, ErrorCode, invalid, unavailable
+
+log = logging.getLogger(__name__)
+_json = msgspec.json.Encoder()
+
+# Parameters of Triton's load request that Conch does not take (model files sent in the body).
+_FILE_PREFIX = "file:"
+
+
+class RepositoryControl:
+    """Load and unload across the fleet, from one gateway process."""
+
+    def __init__(self, r: aioredis.Redis, table: ModelTable, timeout_s: float):
+        self._redis = r
+        self._table = table
+        self._timeout_s = timeout_s
+
+    async def index(self, ready_only: bool) -> list[dict[str, str]]:
+        disk = await control.read_index(self._redis)
+        states = await control.read_states(self._redis)
+        _, configs = await registry.read_models(self._redis)
+        names = sorted(set(disk) | set(configs))
+        live = await registry.ready_versions(self._redis, names)
+        entries: list[dict[str, str]] = []
+        for name in names:
+            found = disk.get(name)
+            if found is not None and found.error:
+                if not ready_only:
+                    entries.append({"name": name, "state": "UNAVAILABLE", "reason": found.error})
+                continue
+            state = states.get(name)
+            versions = set(found.versions if found else []) | set(live.get(name, {}))
+            if not versions and not ready_only:
+                entries.append({"name": name, "state": "UNAVAILABLE", "reason": "no version"})
+            for version in sorted(versions):
+                if live.get(name, {}).get(version, 0) > 0:
+                    entries.append({"name": name, "version": str(version), "state": "READY"})
+                elif not ready_only:
+                    unloaded = state is not None and (state.unloaded or version in state.excluded)
+                    reason = "unloaded" if unloaded else "not loaded by any live worker"
+                    entries.append(
+                        {
+                            "name": name,
+                            "version": str(version),
+                            "state": "UNAVAILABLE",
+                            "reason": reason,
+                        }
+                    )
+        return entries
+
+    async def load(self, model: str, parameters: dict[str, Any]) -> list[int]:
+        override = _config_override(model, parameters)
+        message = control.new_message(control.LOAD, model, config=override)
+        acks = await self._send(message)
+        failed = [a for a in acks if a.status == control.ACK_ERROR]
+        if failed:
+            raise invalid(
+                f"failed to load '{model}': "
+                + "; ".join(f"{a.message} (worker {a.worker})" for a in failed)
+            )
+        done = [a for a in acks if a.status == control.ACK_OK]
+        if not done:
+            reasons = sorted({a.message for a in acks if a.message})
+            raise invalid(
+                f"failed to load '{model}': no worker serves it"
+                + (f" ({'; '.join(reasons)})" if reasons else "")
+            )
+        loaded = sorted({v for a in done for v in a.loaded})
+        log.info("model loaded across the fleet", extra={"model": model, "versions": loaded})
+        await self._table.refresh()
+        return loaded
+
+    async def unload(self, model: str, parameters: dict[str, Any]) -> list[int]:
+        dependents = parameters.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise invalid(f"parameter 'unload_dependents' must be a boolean, got {dependents!r}")
+        versions = parameters.get("versions")
+        if versions is not None and (
+            not isinstance(versions, list)
+            or not versions
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in versions)
+        ):
+            raise invalid(
+                f"parameter 'versions' must be a list of positive version numbers, got {versions!r}"
+            )
+        known = await registry.ready_versions(self._redis, [model])
+        if not known.get(model) and not await self._redis.hexists(keys.models(), model):
+            raise invalid(f"failed to unload '{model}': no such model is loaded")
+        targets = [model]
+        if dependents:
+            targets += self._dependents(model)
+        unloaded: list[int] = []
+        for name in targets:
+            unloaded += await self._unload_one(name, versions if name == model else None)
+        await self._table.refresh()
+        return unloaded
+
+    async def _unload_one(self, model: str, versions: list[int] | None) -> list[int]:
+        raw = await self._redis.hget(keys.weights(), model)
+        weights = {int(v): w for v, w in decode_weights(raw).items()} if raw else {}
+        weighted = {
+            v: w for v, w in weights.items() if w > 0 and (versions is None or v in versions)
+        }
+        if weighted:
+            listing = ", ".join(f"version {v} has weight {w}" for v, w in sorted(weighted.items()))
+            raise invalid(
+                f"cannot unload model '{model}': {listing}; set its weight to 0 first "
+                f"(PUT /v2/admin/models/{model}/weights, or conch admin weights set)"
+            )
+        message = control.new_message(control.UNLOAD, model, versions=versions)
+        acks = await self._send(message)
+        failed = [a for a in acks if a.status == control.ACK_ERROR]
+        if failed:
+            raise invalid(
+                f"failed to unload '{model}': "
+                + "; ".join(f"{a.message} (worker {a.worker})" for a in failed)
+            )
+        unloaded = sorted({v for a in acks for v in a.unloaded})
+        await self._forget(model, unloaded, weights)
+        log.info("model unloaded across the fleet", extra={"model": model, "versions": unloaded})
+        return unloaded
+
+    async def _forget(self, model: str, versions: list[int], weights: dict[int, int]) -> None:
+        """Versions no live worker serves any more leave the version set and the weights."""
+        now = registry.now_ms()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for version in versions:
+                pipe.zcount(keys.ready(model, version), now, "+inf")
+            counts = await pipe.execute()
+        gone = [v for v, count in zip(versions, counts, strict=True) if count == 0]
+        if not gone:
+            return
+        kept = {str(v): w for v, w in weights.items() if v not in gone}
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.srem(keys.model_versions(model), *gone)
+            pipe.hdel(keys.draining(), *(f"{model}:{v}" for v in gone))
+            if weights and kept != {str(v): w for v, w in weights.items()}:
+                if any(kept.values()):
+                    pipe.hset(keys.weights(), model, msgspec.json.encode(kept))
+                else:
+                    pipe.hdel(keys.weights(), model)
+            pipe.incr(keys.policy_rev())
+            await pipe.execute()
+
+    def _dependents(self, model: str) -> list[str]:
+        """Ensembles with a step that uses the model."""
+        found = []
+        for name, config in self._table.configs.items():
+            steps = (config.ensemble_scheduling or {}).get("step", [])
+            if any(step.get("model_name") == model for step in steps):
+                found.append(name)
+        return sorted(found)
+
+    async def _send(self, message: control.ControlMessage) -> list[control.ControlAck]:
+        workers = await registry.live_ids(self._redis, "worker")
+        if not workers:
+            raise unavailable(
+                f"no live worker to {message.action} model '{message.model}'; start a worker"
+            )
+        await control.publish(self._redis, message)
+        acks, missing = await control.collect(self._redis, message.id, workers, self._timeout_s)
+        if missing:
+            raise ConchError(
+                ErrorCode.DEADLINE_EXCEEDED,
+                f"{message.action} of model '{message.model}' is still running on "
+                f"{len(missing)} worker(s) after {self._timeout_s:g} s: "
+                f"{', '.join(sorted(missing))}",
+            )
+        return acks
+
+
+def _config_override(model: str, parameters: dict[str, Any]) -> dict[str, Any] | None:
+    files = [name for name in parameters if name.startswith(_FILE_PREFIX)]
+    if files:
+        raise ConchError(
+            ErrorCode.UNSUPPORTED,
+            f"load parameter '{files[0]}': model files in the request are not supported; put "
+            "them in the model repository every worker reads",
+        )
+    raw = parameters.get("config")
+    if raw is None:
+        return None
+    try:
+        override = msgspec.json.decode(raw) if isinstance(raw, str | bytes) else raw
+    except msgspec.DecodeError as exc:
+        raise invalid(f"parameter 'config' is not valid JSON: {exc}") from None
+    if not isinstance(override, dict):
+        raise invalid("parameter 'config' must be a model configuration in Triton's JSON form")
+    override.setdefault("name", model)
+    if override["name"] != model:
+        raise invalid(
+            f"parameter 'config': field 'name' is '{override['name']}' but the model is '{model}'"
+        )
+    model_config.from_json(override, source=f"load of '{model}', parameter 'config'")
+    return override
+
+
+def _parameters(body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        return {}
+    try:
+        decoded = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise invalid(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(decoded, dict):
+        raise invalid("request body must be a JSON object")
+    parameters = decoded.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise invalid("field 'parameters' must be a JSON object")
+    return parameters
+
+
+def repository_guard(
+    connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
+) -> None:
+    if connection.app.state.gateway.settings.repository_requires_admin:
+        admin_guard(connection, handler)
+
+
+def _control(request: Request) -> RepositoryControl:
+    return request.app.state.gateway.repository
+
+
+@post("/index", status_code=200, summary="Models in the repository and their state")
+async def repository_index(request: Request) -> Response:
+    body = await request.body()
+    ready = False
+    if body.strip():
+        try:
+            decoded = msgspec.json.decode(body)
+        except msgspec.DecodeError as exc:
+            raise invalid(f"request body is not valid JSON: {exc}") from None
+        ready = bool(decoded.get("ready", False)) if isinstance(decoded, dict) else False
+    entries = await _control(request).index(ready)
+    return Response(content=_json.encode(entries), media_type="application/json")
+
+
+@post("/models/{model:str}/load", status_code=200, summary="Load a model on every worker")
+async def repository_load(request: Request, model: str) -> Response:
+    await _control(request).load(model, _parameters(await request.body()))
+    return Response(content=b"", status_code=200)
+
+
+@post("/models/{model:str}/unload", status_code=200, summary="Unload a model on every worker")
+async def repository_unload(request: Request, model: str) -> Response:
+    await _control(request).unload(model, _parameters(await request.body()))
+    return Response(content=b"", status_code=200)
+
+
+def repository_router() -> Router:
+    return Router(
+        path="/v2/repository",
+        route_handlers=[repository_index, repository_load, repository_unload],
+        guards=[repository_guard],
+        tags=["model repository"],
+        security=[{ADMIN_SECURITY: []}],
+    )
