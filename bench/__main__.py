@@ -1,0 +1,183 @@
+"""Run the benchmark harness's cells against a Conch mesh, optionally beside the tuned peer.
+
+    python -m bench [--url URL | --start] [--peer] [--cells mlp:1,mlp:64,...] [--duration 10]
+
+``--start`` runs ``conch up`` on the harness's model repository (a private Redis, the default
+process layout) and stops it afterwards; ``--url`` targets a mesh that is already running.
+``--peer`` also starts the harness's tuned MLServer (inference in the HTTP process, one ONNX
+Runtime thread, httptools, metrics off) and measures the same cells in the same run.
+Each cell is one ``load.sh`` run (wrk, the same request bytes for every server, the answer
+checked against onnxruntime in-process first). Conch's cells add the average batch size (from
+the statistics extension) and the CPU each process of the mesh used. Prints a Markdown table
+and writes every row as a JSON line to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.cells import Cell, parse_cells
+from bench.processes import ProcessCpu, start_mesh, start_peer, stop
+from bench.report import markdown_table
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="conch bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--harness",
+        type=Path,
+        default=ROOT.parent / "shared" / "bench",
+        help="the shared benchmark harness (default ../shared/bench)",
+    )
+    parser.add_argument("--bench-root", default=os.environ.get("BENCH_ROOT", "/tmp/conch-bench"))
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--url", help="a running mesh, e.g. http://127.0.0.1:8000")
+    target.add_argument("--start", action="store_true", help="start conch up for the run")
+    parser.add_argument("--port", type=int, default=8000, help="port for --start")
+    parser.add_argument("--peer", action="store_true", help="measure the tuned MLServer too")
+    parser.add_argument("--peer-port", type=int, default=8080)
+    parser.add_argument("--cells", default="mlp:1,mlp:64,add_sub:1,add_sub:64,mlp:64:binary")
+    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("bench-results/results.jsonl"))
+    args = parser.parse_args(argv)
+
+    load_sh = args.harness / "load.sh"
+    if not load_sh.exists():
+        print(
+            f"conch bench: no harness at {args.harness} (expected load.sh there)", file=sys.stderr
+        )
+        return 2
+    env = {**os.environ, "BENCH_ROOT": args.bench_root}
+    bench_py = Path(args.bench_root) / "bench-venv" / "bin" / "python"
+    if not bench_py.exists():
+        print(
+            f"conch bench: run `bash {args.harness}/setup.sh` first ({bench_py} is missing)",
+            file=sys.stderr,
+        )
+        return 2
+    repo = Path(args.bench_root) / "repo"
+    subprocess.run(
+        [str(bench_py), str(args.harness / "make_models.py"), str(repo)],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    cells = parse_cells(args.cells)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+
+    if args.peer:
+        peer = start_peer(args.harness, args.peer_port, env)
+        try:
+            for cell in cells:
+                if cell.binary:
+                    continue  # the peer answers the binary extension with 422/500
+                rows.append(
+                    _run_cell(
+                        load_sh,
+                        f"http://127.0.0.1:{args.peer_port}",
+                        "mlserver-tuned",
+                        cell,
+                        args,
+                        env,
+                    )
+                )
+        finally:
+            stop(peer)
+
+    mesh = start_mesh(repo, args.port) if args.start else None
+    url = args.url or f"http://127.0.0.1:{args.port}"
+    try:
+        cpu = ProcessCpu.for_mesh(mesh)
+        for cell in cells:
+            rows.append(_run_cell(load_sh, url, "conch", cell, args, env, cpu))
+    finally:
+        if mesh is not None:
+            stop(mesh)
+    with args.out.open("a") as out:
+        for row in rows:
+            out.write(json.dumps(row) + "\n")
+    print(markdown_table(rows))
+    print(f"\n{len(rows)} rows appended to {args.out}")
+    return 0
+
+
+def _run_cell(
+    load_sh: Path,
+    url: str,
+    label: str,
+    cell: Cell,
+    args: argparse.Namespace,
+    env: dict[str, str],
+    cpu: ProcessCpu | None = None,
+) -> dict[str, Any]:
+    cell_env = {
+        **env,
+        "SERVER": label,
+        "FORMAT": "binary" if cell.binary else "json",
+        "WARMUP": str(args.warmup),
+    }
+    before_stats = _stats(url, cell.model) if cpu else None
+    if args.warmup:
+        subprocess.run(
+            ["bash", str(load_sh), url, cell.model, str(cell.concurrency), "1"],
+            env={**cell_env, "CHECK": "0"},
+            capture_output=True,
+            check=False,
+        )
+        cell_env["WARMUP"] = "0"
+        before_stats = _stats(url, cell.model) if cpu else None
+    started = cpu.snapshot() if cpu else None
+    wall = time.monotonic()
+    done = subprocess.run(
+        ["bash", str(load_sh), url, cell.model, str(cell.concurrency), str(args.duration)],
+        env=cell_env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall = time.monotonic() - wall
+    lines = [line for line in done.stdout.splitlines() if line.startswith('{"server"')]
+    if not lines:
+        raise SystemExit(f"load.sh failed for {cell}: {done.stderr[-2000:]}")
+    row: dict[str, Any] = json.loads(lines[-1])
+    if cpu and started is not None:
+        row["cpu_cores"] = cpu.cores_since(started, wall)
+        after_stats = _stats(url, cell.model)
+        if before_stats and after_stats:
+            inferences = after_stats[0] - before_stats[0]
+            executions = after_stats[1] - before_stats[1]
+            row["avg_batch"] = round(inferences / executions, 2) if executions else None
+    return row
+
+
+def _stats(url: str, model: str) -> tuple[int, int] | None:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/v2/models/{model}/stats", timeout=5) as response:
+            stats = json.load(response)["model_stats"]
+    except OSError:
+        return None
+    return (
+        sum(int(s["inference_count"]) for s in stats),
+        sum(int(s["execution_count"]) for s in stats),
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

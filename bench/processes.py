@@ -1,0 +1,139 @@
+"""The processes a benchmark run starts (the mesh, the peer) and the CPU each one uses."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+
+def _wait_http(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit(f"{url} did not answer 200 within {timeout_s:.0f} s")
+
+
+def start_mesh(repo: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != "CONCH_REDIS_URL"}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "shared.cli",
+            "up",
+            "--model-repository",
+            str(repo),
+            "--http-port",
+            str(port),
+            "--log-level",
+            "WARNING",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    for model in ("mlp", "add_sub"):
+        _wait_http(f"http://127.0.0.1:{port}/v2/models/{model}/ready", 180)
+    return process
+
+
+def start_peer(harness: Path, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    root = Path(env["BENCH_ROOT"])
+    process = subprocess.Popen(
+        [str(harness / "mlserver_runtime" / "serve.sh"), "on", str(port), "0"],
+        env={
+            **env,
+            "MLSERVER_VENV": str(root / "mlserver-tuned-venv"),
+            "INTRA_OP_THREADS": "1",
+            "SETTINGS_JSON": '{"metrics_endpoint": null}',
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    _wait_http(f"http://127.0.0.1:{port}/v2/health/ready", 120)
+    return process
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+class ProcessCpu:
+    """CPU seconds of each mesh process (gateway, scheduler, workers, redis) over a window."""
+
+    def __init__(self, processes: list[psutil.Process]):
+        self.processes = processes
+
+    @classmethod
+    def for_mesh(cls, mesh: subprocess.Popen[bytes] | None) -> ProcessCpu:
+        if mesh is not None:
+            return cls(psutil.Process(mesh.pid).children(recursive=True))
+        found = [p for p in psutil.process_iter(["cmdline"]) if _is_mesh(p.info["cmdline"] or [])]
+        return cls(found)
+
+    def snapshot(self) -> dict[int, float]:
+        times: dict[int, float] = {}
+        for process in self.processes:
+            try:
+                cpu = process.cpu_times()
+                times[process.pid] = cpu.user + cpu.system
+            except psutil.Error:
+                continue
+        return times
+
+    def cores_since(self, before: dict[int, float], wall_s: float) -> dict[str, float]:
+        after = self.snapshot()
+        usage: dict[str, float] = {}
+        for process in self.processes:
+            if process.pid not in before or process.pid not in after:
+                continue
+            name = _label(process)
+            usage[name] = round(
+                usage.get(name, 0.0) + (after[process.pid] - before[process.pid]) / wall_s, 3
+            )
+        return usage
+
+
+def _is_mesh(cmdline: list[str]) -> bool:
+    text = " ".join(cmdline)
+    return (
+        any(
+            k in text
+            for k in ("-m gateway", "-m scheduler", "-m workers", "valkey-server", "redis-server")
+        )
+        or "uvicorn" in text
+    )
+
+
+def _label(process: psutil.Process) -> str:
+    text = " ".join(process.cmdline())
+    for key, label in (
+        ("-m scheduler", "scheduler"),
+        ("-m workers", "worker"),
+        ("valkey-server", "redis"),
+        ("redis-server", "redis"),
+        ("-m gateway", "gateway-supervisor"),
+        ("multiprocessing", "gateway"),
+    ):
+        if key in text:
+            return label
+    return process.name()
