@@ -1,0 +1,178 @@
+"""The gateway's atomic admission script (gateway.dataplane.ENQUEUE_LUA) on a real redis-server.
+
+KEYS: the version's readiness set, the request stream. ARGV: now (ms), max queue size (0: no
+limit), the encoded header, the encoded request. Returns -1 when no live worker serves the
+version, -2 when the queue is full, 1 after adding an entry with fields ``h`` and ``d``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.dataplane import ENQUEUE_LUA
+from shared import envelope, keys, registry, streams
+from shared.envelope import InferRequest, RequestHeader, Tensor
+
+MODEL, VERSION, PRIORITY = "simple", 1, 1
+READY = keys.ready(MODEL, VERSION)
+STREAM = keys.request_stream(MODEL, VERSION, PRIORITY)
+
+
+# The script never reads the payload: a fixed time keeps the bytes comparable.
+STAMP_MS = 1_700_000_000_000
+
+
+def payload(n: int) -> tuple[bytes, bytes]:
+    now = STAMP_MS
+    header = RequestHeader(
+        id=f"r{n}",
+        reply_to=keys.reply_stream("gw"),
+        deadline_ms=now + 10_000,
+        priority=PRIORITY,
+        batch_size=1,
+        shape_sig="INPUT0:16",
+        enqueued_ms=now,
+    )
+    request = InferRequest(
+        id=f"r{n}",
+        model=MODEL,
+        version=VERSION,
+        inputs=[Tensor("INPUT0", "INT32", [1, 16], bytes(64))],
+        outputs=[],
+        parameters={},
+        reply_to=keys.reply_stream("gw"),
+        deadline_ms=now + 10_000,
+        enqueued_ms=now,
+    )
+    return envelope.encode(header), envelope.encode(request)
+
+
+@pytest.fixture
+def enqueue(aredis: aioredis.Redis):
+    script = aredis.register_script(ENQUEUE_LUA)
+
+    async def call(n: int = 0, max_queue: int = 0, now: int | None = None) -> int:
+        header, data = payload(n)
+        now = registry.now_ms() if now is None else now
+        return int(await script(keys=[READY, STREAM], args=[now, max_queue, header, data]))
+
+    return call
+
+
+async def ready_worker(r: aioredis.Redis, ttl_ms: int = 60_000) -> None:
+    await registry.mark_ready(r, "worker-1", {(MODEL, VERSION): 1}, ttl_ms=ttl_ms)
+
+
+# --- no live worker ------------------------------------------------------------------------------
+
+
+async def test_no_worker_ever_is_refused(aredis: aioredis.Redis, enqueue) -> None:
+    assert await enqueue() == -1
+    assert await aredis.exists(STREAM) == 0
+
+
+async def test_a_worker_whose_readiness_expired_is_not_live(
+    aredis: aioredis.Redis, enqueue
+) -> None:
+    await ready_worker(aredis, ttl_ms=30)
+    await asyncio.sleep(0.08)
+    assert await enqueue() == -1
+    assert await aredis.exists(STREAM) == 0
+
+
+async def test_readiness_is_judged_at_the_callers_now(aredis: aioredis.Redis, enqueue) -> None:
+    await ready_worker(aredis, ttl_ms=1_000)
+    assert await enqueue(now=registry.now_ms() + 5_000) == -1
+    assert await enqueue() == 1
+
+
+async def test_a_worker_of_another_version_does_not_count(aredis: aioredis.Redis, enqueue) -> None:
+    await registry.mark_ready(aredis, "worker-1", {(MODEL, VERSION + 1): 1}, ttl_ms=60_000)
+    assert await enqueue() == -1
+
+
+# --- admitted ------------------------------------------------------------------------------------
+
+
+async def test_admitted_request_is_one_entry_with_header_and_data(
+    aredis: aioredis.Redis, enqueue
+) -> None:
+    await ready_worker(aredis)
+    assert await enqueue(7) == 1
+    [(_, fields)] = await aredis.xrange(STREAM)
+    assert set(fields) == {keys.FIELD_HEADER, keys.FIELD_DATA}
+    header, data = payload(7)
+    assert fields[keys.FIELD_HEADER] == header
+    assert envelope.decode_header(fields[keys.FIELD_HEADER]).id == "r7"
+    assert envelope.decode_request(fields[keys.FIELD_DATA]).inputs[0].data == bytes(64)
+    assert fields[keys.FIELD_DATA] == data
+
+
+async def test_admitted_requests_keep_their_order(aredis: aioredis.Redis, enqueue) -> None:
+    await ready_worker(aredis)
+    for n in range(5):
+        assert await enqueue(n) == 1
+    ids = [envelope.decode_header(f[keys.FIELD_HEADER]).id for _, f in await aredis.xrange(STREAM)]
+    assert ids == [f"r{n}" for n in range(5)]
+
+
+async def test_admitted_entry_reaches_the_schedulers_group(aredis: aioredis.Redis, enqueue) -> None:
+    await streams.ensure_group(aredis, STREAM, keys.SCHEDULER_GROUP)
+    await ready_worker(aredis)
+    assert await enqueue(1) == 1
+    reply = await aredis.xreadgroup(keys.SCHEDULER_GROUP, "s", {STREAM: ">"}, count=10)
+    [entry] = streams.parse_read(reply)
+    assert envelope.decode_header(entry.fields[keys.FIELD_HEADER]).id == "r1"
+
+
+async def test_max_queue_0_means_no_limit(aredis: aioredis.Redis, enqueue) -> None:
+    await ready_worker(aredis)
+    for n in range(50):
+        assert await enqueue(n, max_queue=0) == 1
+    assert await aredis.xlen(STREAM) == 50
+
+
+# --- queue full ----------------------------------------------------------------------------------
+
+
+async def test_full_queue_is_refused_at_max(aredis: aioredis.Redis, enqueue) -> None:
+    await ready_worker(aredis)
+    assert [await enqueue(n, max_queue=3) for n in range(5)] == [1, 1, 1, -2, -2]
+    assert await aredis.xlen(STREAM) == 3
+
+
+async def test_queue_over_max_is_refused(aredis: aioredis.Redis, enqueue) -> None:
+    # The policy may have been lowered while entries were queued.
+    await ready_worker(aredis)
+    for n in range(4):
+        await enqueue(n)
+    assert await enqueue(9, max_queue=2) == -2
+    assert await aredis.xlen(STREAM) == 4
+
+
+async def test_space_frees_when_the_scheduler_deletes_entries(
+    aredis: aioredis.Redis, enqueue
+) -> None:
+    await ready_worker(aredis)
+    assert [await enqueue(n, max_queue=2) for n in range(3)] == [1, 1, -2]
+    first_id, _ = (await aredis.xrange(STREAM, count=1))[0]
+    await aredis.xdel(STREAM, first_id)  # what a dispatch does
+    assert await enqueue(3, max_queue=2) == 1
+
+
+async def test_no_worker_is_reported_before_a_full_queue(aredis: aioredis.Redis, enqueue) -> None:
+    await ready_worker(aredis)
+    await enqueue(0, max_queue=1)
+    await registry.unmark_ready(aredis, "worker-1", [(MODEL, VERSION)])
+    assert await enqueue(1, max_queue=1) == -1
+
+
+async def test_concurrent_admission_never_exceeds_max(aredis: aioredis.Redis, enqueue) -> None:
+    await ready_worker(aredis)
+    results = await asyncio.gather(*(enqueue(n, max_queue=10) for n in range(40)))
+    assert sorted(results).count(1) == 10
+    assert results.count(-2) == 30
+    assert await aredis.xlen(STREAM) == 10
