@@ -51,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     up_parser.add_argument("--gateways", type=int, default=2, help="gateway processes")
     up_parser.add_argument("--schedulers", type=int, default=1)
     up_parser.add_argument("--workers-per-backend", type=int, default=1)
+    up_parser.add_argument(
+        "--with-envoy", action="store_true", help="put Envoy (configured over xDS) in front"
+    )
+    up_parser.add_argument("--envoy-port", type=int, default=8080)
     up_parser.add_argument("--ready-timeout", type=float, default=180.0)
     up_parser.add_argument("--log-format", choices=["json", "text"], default="json")
     up_parser.add_argument("--log-level", default="INFO")
@@ -169,6 +173,8 @@ def up(args: argparse.Namespace) -> int:
             prometheus = _start_prometheus(targets, args.prometheus_port)
         models = sorted(m for m, entry in scan.models.items() if entry.config.backend in backends)
         ready = _wait_ready(url, models, args.ready_timeout, supervisor, lambda: stopping)
+        if ready and args.with_envoy:
+            url = _start_edge(supervisor, redis_url, args, common)
         if ready:
             print(f"Conch is ready at {url}  (models: {', '.join(models)})", flush=True)
             print(f"Redis: {redis_url}  |  Ctrl-C stops everything", flush=True)
@@ -207,6 +213,39 @@ def _start_prometheus(targets: dict[str, list[str]], port: int):
         flush=True,
     )
     return prometheus
+
+
+def _start_edge(
+    supervisor: Supervisor, redis_url: str, args: argparse.Namespace, common: dict[str, str]
+) -> str:
+    """Start the xDS control plane, then Envoy; Envoy learns the gateways from Redis."""
+    from controlplane.launch import plan_edge  # only `--with-envoy` needs grpcio/xds-protos
+
+    plan = plan_edge(redis_url, args.envoy_port, log_level=args.log_level)
+    supervisor.start(
+        ServiceSpec("controlplane", plan.controlplane.argv, {**common, **plan.controlplane.env})
+    )
+    _wait_for(plan.controlplane_health_url, 60, supervisor)
+    supervisor.start(ServiceSpec("envoy", plan.envoy.argv, plan.envoy.env))
+    _wait_for(plan.ready_url, 60, supervisor)
+    print(f"Envoy (edge) at {plan.public_url} -> gateways at port {args.http_port}", flush=True)
+    return plan.public_url
+
+
+def _wait_for(url: str, timeout_s: float, supervisor: Supervisor) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        supervisor.check()
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    log.error("not ready in time", extra={"url": url})
 
 
 def _display_host(host: str) -> str:

@@ -97,3 +97,46 @@ def test_conch_up_serves_restarts_and_stops(model_repository: Path) -> None:
     assert process.returncode == 0
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left running after SIGTERM: {[p.cmdline() for p in alive]}"
+
+
+def test_conch_up_with_envoy_serves_through_the_edge(model_repository: Path) -> None:
+    pytest.importorskip("envoy.service.discovery.v3.ads_pb2_grpc")
+    http_port, envoy_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k != "CONCH_REDIS_URL"}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "shared.cli",
+            "up",
+            "--model-repository",
+            str(model_repository),
+            "--http-port",
+            str(http_port),
+            "--with-envoy",
+            "--envoy-port",
+            str(envoy_port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    seen: list[str] = []
+    try:
+        _read_until(process, rf"Conch is ready at http://127.0.0.1:{envoy_port}", 120, seen)
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{envoy_port}")
+        a = np.arange(16, dtype=np.int32).reshape(1, 16)
+        inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(a, binary_data=True)
+        for _ in range(20):
+            result = client.infer("simple", inputs)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.zeros((1, 16)))
+    finally:
+        children = psutil.Process(process.pid).children(recursive=True)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"left running after SIGTERM: {[p.cmdline() for p in alive]}"
