@@ -121,7 +121,7 @@ def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest
         if size is not None:
             if item.data is not msgspec.UNSET:
                 raise invalid(f"input '{item.name}' has both 'data' and 'binary_data_size'")
-            if not isinstance(size, int) or size < 0:
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 raise invalid(f"input '{item.name}': binary_data_size must be an integer >= 0")
             if offset + size > len(binary):
                 raise invalid(

@@ -68,9 +68,12 @@ def decide(pending: Sequence[Batchable], now_us: float, policy: BatchPolicy) -> 
         return Decision(1)
     if total >= policy.max_batch_size:
         can_grow = False
-    expired = now_us - oldest >= policy.max_queue_delay_us
+    # As in Triton, a delay of 0 never "expires": preferred sizes still shape the batch.
+    delay = policy.max_queue_delay_us
+    expired = delay > 0 and now_us - oldest >= delay
     if preferred_count and not expired:
         return Decision(preferred_count)
-    if expired or not can_grow or policy.max_queue_delay_us == 0:
+    past_preferred = bool(preferred) and total >= max(preferred)
+    if expired or not can_grow or delay == 0 or past_preferred:
         return Decision(count)
     return Decision(0, oldest + policy.max_queue_delay_us)

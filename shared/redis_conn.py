@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
+# No per-command socket timeout: on Python 3.11, redis-py's asyncio.wait_for around each
+# command can swallow a task's cancellation (CPython gh-86296), and a service that cannot be
+# cancelled cannot stop cleanly. Dead connections are found by health checks and TCP keepalive.
+_TIMEOUTS = {"socket_timeout": None, "socket_connect_timeout": 5, "socket_keepalive": True}
+
 
 def connect(url: str, *, max_connections: int = 64, name: str = "conch") -> aioredis.Redis:
     """Binary-safe client (tensor bytes are never decoded) with a bounded pool."""
@@ -14,6 +19,7 @@ def connect(url: str, *, max_connections: int = 64, name: str = "conch") -> aior
         decode_responses=False,
         health_check_interval=30,
         client_name=name,
+        **_TIMEOUTS,
     )
     return aioredis.Redis(connection_pool=pool)
 
@@ -21,5 +27,5 @@ def connect(url: str, *, max_connections: int = 64, name: str = "conch") -> aior
 def dedicated(url: str, *, name: str = "conch-blocking") -> aioredis.Redis:
     """A single-connection client for a blocking read loop, so it never starves the pool."""
     return aioredis.Redis.from_url(
-        url, decode_responses=False, single_connection_client=True, client_name=name
+        url, decode_responses=False, single_connection_client=True, client_name=name, **_TIMEOUTS
     )

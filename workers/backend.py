@@ -127,6 +127,10 @@ class TensorModelInstance(ModelInstance):
             error = ConchError(ErrorCode.INTERNAL, f"model '{self.config.name}' failed: {exc}")
             return Execution([ModelResult(error=error) for _ in requests])
         t2 = time.perf_counter_ns()
+        total = sum(request.batch_size for request in requests)
+        problem = _check_outputs(self.config.name, outputs, wanted, total)
+        if problem is not None:
+            return Execution([ModelResult(error=problem) for _ in requests])
         results: list[ModelResult] = []
         offset = 0
         for request in requests:
@@ -160,6 +164,25 @@ class TensorModelInstance(ModelInstance):
                 results.append(ModelResult(error=error))
             infer_ns += time.perf_counter_ns() - t0
         return Execution(results, 0, infer_ns, 0)
+
+
+def _check_outputs(
+    model: str, outputs: dict[str, np.ndarray], wanted: list[str], batch: int
+) -> ConchError | None:
+    """A batched output must exist and have one row per batched input row."""
+    for name in wanted:
+        value = outputs.get(name)
+        if value is None:
+            return ConchError(
+                ErrorCode.INTERNAL, f"model '{model}' did not produce output '{name}'"
+            )
+        if value.ndim == 0 or value.shape[0] != batch:
+            return ConchError(
+                ErrorCode.INTERNAL,
+                f"model '{model}' output '{name}' has shape {list(value.shape)}; expected a "
+                f"first (batch) dimension of {batch}",
+            )
+    return None
 
 
 def _union_outputs(requests: list[ModelRequest]) -> list[str]:

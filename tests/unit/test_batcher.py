@@ -111,10 +111,11 @@ def test_preferred_size_not_reached_waits() -> None:
     assert decision == Decision(0, float(DELAY))
 
 
-def test_preferred_size_skipped_over_does_not_count() -> None:
-    # 3 then 3 + 3 = 6: the preferred size 4 is never the running total.
+def test_a_batch_past_every_preferred_size_is_sent_at_once() -> None:
+    # 3 then 3 + 3 = 6: preferred 4 is never the running total, but the batch is already past
+    # the largest preferred size, so (as Triton) it is sent without waiting for the delay.
     pending = reqs(3, 3, at=0.0)
-    assert decide(pending, 10.0, policy(preferred=(4,))).take == 0
+    assert decide(pending, 10.0, policy(preferred=(4,))).take == 2
 
 
 def test_preferred_size_beyond_a_shape_change_does_not_count() -> None:
@@ -123,16 +124,6 @@ def test_preferred_size_beyond_a_shape_change_does_not_count() -> None:
     assert decide(pending, 10.0, policy(preferred=(2,))).take == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: scheduler/batcher.py decide: with max_queue_delay_us == 0 the delay counts as "
-        "always expired, so the preferred-prefix rule never applies and every request that fits "
-        "is sent (here 6). Triton only counts the delay as exceeded when it is non-zero "
-        "(delay_is_exceeded = pending_batch_delay_ns_ != 0 && ...), so with preferred sizes "
-        "(2, 4) it sends the preferred batch of 4 at once and the rest next."
-    ),
-)
 def test_delay_zero_still_prefers_a_preferred_batch_size() -> None:
     pending = reqs(1, 1, 1, 1, 1, 1, at=0.0)
     assert decide(pending, 0.0, policy(preferred=(2, 4), delay_us=0)).take == 4

@@ -343,15 +343,6 @@ def test_bad_binary_data_size_names_the_input(size: Any) -> None:
     assert "'INPUT0'" in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: gateway/http_codec.py parse_infer_request: the check "
-        "`isinstance(size, int)` lets a JSON boolean through (bool is an int), so "
-        "binary_data_size: true is read as 1 byte and a BOOL [1] input is accepted; Triton "
-        "rejects a non-integer binary_data_size (policy.py already rejects booleans the same way)"
-    ),
-)
 def test_boolean_binary_data_size_is_invalid() -> None:
     header = {
         "inputs": [

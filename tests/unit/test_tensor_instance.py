@@ -235,31 +235,12 @@ def test_one_at_a_time_a_missing_output_is_an_internal_error() -> None:
     assert result.error.code is ErrorCode.INTERNAL
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KeyError,
-    reason=(
-        "BUG: workers/backend.py TensorModelInstance.execute: in the batched path the split "
-        "(outputs[name][offset:offset + size]) is outside the try, so a model that does not "
-        "return a requested output makes execute() raise KeyError for the whole batch instead "
-        "of giving every request an INTERNAL error, as the one-at-a-time path does"
-    ),
-)
 def test_in_a_batch_a_missing_output_is_an_internal_error_for_every_request() -> None:
     model = Broken(add_sub_config(), lambda a: {"OUTPUT0": a})
     results = model.execute([req("a", 1, outputs=("OUTPUT1",)), req("b", 2)]).results
     assert [r.error.code if r.error else None for r in results] == [ErrorCode.INTERNAL] * 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: workers/backend.py TensorModelInstance.execute: outputs whose first dimension is "
-        "not the batch's total size are sliced without a check, so with a batch of 1 + 2 rows "
-        "and a model returning 1 row, the second request silently gets a (0, 4) array instead "
-        "of an INTERNAL error naming the output and the expected batch size"
-    ),
-)
 def test_an_output_with_the_wrong_batch_dimension_is_an_error_not_a_short_slice() -> None:
     model = Broken(add_sub_config(), lambda a: {"OUTPUT0": a[:1], "OUTPUT1": a[:1]})
     second = model.execute([req("a", 1), req("b", 2)]).results[1]
