@@ -2,15 +2,47 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 import uvicorn
 
 from gateway.settings import GatewaySettings
 from shared import logs
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def metrics_dir() -> tuple[Path, bool]:
+    """Prometheus multiprocess mode for the gateway's processes: a fresh folder whose path every
+    process inherits before prometheus_client is imported (theirs: files of this run only).
+    Returns the folder and whether it is a temporary one of ours to remove at exit."""
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.db"):  # counters of an earlier run would add up
+            stale.unlink(missing_ok=True)
+        return path, False
+    path = Path(tempfile.mkdtemp(prefix="conch-gateway-metrics-"))
+    os.environ[MULTIPROC_ENV] = str(path)
+    return path, True
+
 
 def main() -> None:
     settings = GatewaySettings.from_env()
     logs.setup("gateway", settings.log_level, settings.log_format)
+    path, ours = metrics_dir()
+    try:
+        _serve(settings)
+    finally:
+        if ours:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _serve(settings: GatewaySettings) -> None:
     uvicorn.run(
         "gateway.app:app_from_env",
         factory=True,

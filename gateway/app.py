@@ -27,7 +27,7 @@ from gateway.replies import ReplyRouter
 from gateway.repository_api import RepositoryControl, repository_router
 from gateway.routing import ROUTE_KEY_HEADER, Caller, TrafficPolicy
 from gateway.settings import GatewaySettings
-from shared import logs, redis_conn, registry
+from shared import logs, metrics, redis_conn, registry, tracing
 from shared.errors import ConchError, ErrorCode
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,10 @@ class GatewayState:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                metrics.record_heartbeat("gateway", False)
                 log.exception("gateway heartbeat failed")
+            else:
+                metrics.record_heartbeat("gateway", True)
             await asyncio.sleep(s.heartbeat_interval_ms / 1000)
 
 
@@ -90,6 +93,12 @@ async def server_metadata() -> Response:
     return _json_response(
         {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
     )
+
+
+@get("/metrics", include_in_schema=False)
+async def prometheus_metrics() -> Response:
+    """Prometheus text format, summed over every process of this gateway (multiprocess mode)."""
+    return Response(content=metrics.exposition(), media_type=metrics.CONTENT_TYPE_LATEST)
 
 
 @get("/v2/health/live")
@@ -203,6 +212,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             asyncio.create_task(state.table.run(), name="model-table"),
             asyncio.create_task(state.replies.run(), name="reply-reader"),
             asyncio.create_task(state.heartbeat(), name="heartbeat"),
+            asyncio.create_task(metrics.redis_rtt_probe(state.redis, "gateway"), name="rtt"),
             asyncio.create_task(state.policy.run(), name="traffic-policy"),
         ]
         try:
@@ -225,6 +235,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
     return Litestar(
         route_handlers=[
             server_metadata,
+            prometheus_metrics,
             health_live,
             health_ready,
             model_metadata,
@@ -246,6 +257,7 @@ def app_from_env() -> Litestar:
     """uvicorn's factory: settings are read here, in each gateway process, not at import."""
     settings = GatewaySettings.from_env()
     logs.setup("gateway", settings.log_level, settings.log_format)
+    tracing.setup("gateway")
     return create_app(settings)
 
 

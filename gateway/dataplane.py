@@ -18,7 +18,7 @@ from gateway.policy import queue_ticket
 from gateway.replies import ReplyRouter
 from gateway.routing import ANONYMOUS_CALLER, Caller, TrafficPolicy
 from gateway.validation import ValidRequest, validate
-from shared import envelope, keys
+from shared import envelope, keys, metrics, tracing
 from shared.envelope import InferRequest, Reply, RequestHeader
 from shared.errors import ConchError, ErrorCode, unavailable
 from shared.logs import request_id_var
@@ -72,7 +72,15 @@ class DataPlane:
         if self.policy is None:
             tenant, number = None, self.table.resolve_version(model, version)
         else:  # auth (401/403), rate limit (429), then version choice by weights
-            tenant = await self.policy.admit(model, caller)
+            try:
+                tenant = await self.policy.admit(model, caller)
+            except ConchError as exc:
+                metrics.record_rejected(
+                    _tenant_label(self.policy, caller),
+                    model,
+                    _REASONS.get(exc.code, exc.code.lower()),
+                )
+                raise
             number = self.policy.route(model, version, caller)
         valid = validate(config, parsed)
         ticket = queue_ticket(config, parsed.parameters, tenant.priority if tenant else 0)
@@ -80,6 +88,11 @@ class DataPlane:
             self.policy.shadow(self, model, version, number, parsed, tenant)
         request_id = uuid.uuid4().hex
         request_id_var.set(parsed.id or request_id)
+        started, code = time.perf_counter(), ErrorCode.CANCELLED.value
+        arm = "shadow" if caller.trusted else "pinned" if version else "routed"
+        span = tracing.start(
+            "conch.gateway.infer", None, {"model": model, "version": number, "arm": arm}
+        )
         now = int(time.time() * 1000)
         deadline = now + self._default_timeout_ms
         header = RequestHeader(
@@ -104,6 +117,7 @@ class DataPlane:
             deadline_ms=deadline,
             enqueued_ms=now,
             client_id=parsed.id,
+            trace=span.carrier,
         )
         future = self.replies.expect(request_id)
         try:
@@ -119,6 +133,10 @@ class DataPlane:
                     envelope.encode(payload),
                 ],
             )
+            if admitted < 0:
+                metrics.record_rejected(
+                    tenant.name if tenant else None, model, _ADMISSION[admitted]
+                )
             if admitted == -1:
                 raise unavailable(
                     f"no live worker serves model '{model}' version {number}; start a worker "
@@ -138,8 +156,36 @@ class DataPlane:
                     f"Request timeout expired: model '{model}' version {number} did not answer "
                     f"within {self._default_timeout_ms} ms",
                 ) from None
+            code = reply.error_code or "OK"
+        except ConchError as exc:
+            code = exc.code.value
+            raise
+        except Exception:
+            code = ErrorCode.INTERNAL.value
+            raise
         finally:
             self.replies.forget(request_id)
+            span.end(None if code == "OK" else code)
+            metrics.record_request(model, number, arm, code, time.perf_counter() - started)
         if reply.error_code:
             raise ConchError(ErrorCode(reply.error_code), reply.error)
         return InferOutcome(reply, valid, number)
+
+
+_ADMISSION = {-1: "no_worker", -2: "queue_full"}
+_REASONS = {
+    ErrorCode.RESOURCE_EXHAUSTED: "rate_limited",
+    ErrorCode.UNAUTHENTICATED: "unauthenticated",
+    ErrorCode.PERMISSION_DENIED: "forbidden",
+}
+
+
+def _tenant_label(policy: TrafficPolicy, caller: Caller) -> str | None:
+    """The tenant a refused caller presented (metrics label): None when anonymous."""
+    if caller.tenant is not None:
+        return caller.tenant.name
+    try:
+        tenant = policy.tenants.identify(caller.authorization)
+    except ConchError:
+        return "unknown"
+    return tenant.name if tenant is not None else None

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from scheduler.settings import SchedulerSettings
 from scheduler.version_queue import VersionQueue
-from shared import envelope, keys, redis_conn, registry, streams
+from shared import envelope, keys, metrics, redis_conn, registry, streams
 from shared.errors import ErrorCode
 from shared.health_http import HealthServer
 from shared.model_config import ModelConfig
@@ -42,8 +42,10 @@ class SchedulerService:
 
     async def run(self) -> None:
         health = HealthServer(self.settings.health_host, self.settings.health_port, self.ready)
+        metrics.on_scrape(self._export)
         await health.start()
         loops = [
+            metrics.redis_rtt_probe(self.redis, "scheduler"),
             self._heartbeat_loop(),
             self._refresh_loop(),
             self._read_loop(),
@@ -68,7 +70,10 @@ class SchedulerService:
             try:
                 await registry.heartbeat(self.redis, "scheduler", self.id, info, s.heartbeat_ttl_ms)
             except Exception:
+                metrics.record_heartbeat("scheduler", False)
                 log.exception("scheduler heartbeat failed")
+            else:
+                metrics.record_heartbeat("scheduler", True)
             await asyncio.sleep(s.heartbeat_interval_ms / 1000)
 
     async def _refresh_loop(self) -> None:
@@ -89,7 +94,12 @@ class SchedulerService:
         versions = await registry.ready_versions(self.redis, list(self._configs))
         for model, config in self._configs.items():
             for version, instances in versions.get(model, {}).items():
+                metrics.child(metrics.READY_INSTANCES, model, version).set(instances)
                 await self._ensure_queue(config, version, instances)
+
+    def _export(self) -> None:
+        for queue in list(self.queues.values()):
+            queue.export()
 
     async def _ensure_queue(self, config: ModelConfig, version: int, instances: int) -> None:
         key = (config.name, version)
@@ -114,6 +124,7 @@ class SchedulerService:
             for stream in request_streams:
                 self._streams[stream.encode()] = key
             self._tasks[key] = asyncio.create_task(queue.run(), name=f"queue-{key}")
+            metrics.init_stage("scheduler", config.name, version)
             self._changed.set()
             log.info("scheduling model version", extra={"model": config.name, "version": version})
         queue.update(config, instances)
@@ -157,6 +168,8 @@ class SchedulerService:
             log.error("malformed request entry", extra={"stream": entry.stream.decode()})
             return
         header = envelope.decode_header(raw_header)
+        if entry.deliveries > 1:
+            metrics.child(metrics.REDELIVERED, "scheduler", *key).inc()
         if entry.deliveries > self.settings.max_deliveries:
             task = asyncio.create_task(
                 queue.answer_errors(
@@ -183,6 +196,7 @@ class SchedulerService:
                     for entry in await streams.reclaim_dead(
                         self.redis, stream.decode(), keys.SCHEDULER_GROUP, self.id, live
                     ):
+                        metrics.child(metrics.RECLAIMED, "scheduler", *self._streams[stream]).inc()
                         self._accept(entry)
             except asyncio.CancelledError:
                 raise

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 
 from scheduler.batcher import BatchPolicy, decide
-from shared import envelope, keys
+from shared import envelope, keys, metrics, tracing
 from shared.envelope import Batch, RequestHeader
 from shared.errors import ErrorCode
 from shared.model_config import ModelConfig
@@ -87,10 +87,31 @@ class VersionQueue:
         self.instances = 1
         self.batches = 0
         self.batched_requests = 0
+        self.levels = config.priority_levels()
+        self._queue_hist = {
+            level: metrics.child(metrics.QUEUE_SECONDS, self.model, version, level)
+            for level in self.levels
+        }
+
+    def export(self) -> None:
+        """Scrape hook: depth and oldest-entry age per priority, and Triton's pending count."""
+        now_us = time.monotonic() * 1e6
+        depth = dict.fromkeys(self.levels, 0)
+        oldest = dict.fromkeys(self.levels, now_us)
+        for item in self._pending:
+            level = item.header.priority
+            depth[level] = depth.get(level, 0) + 1
+            oldest[level] = min(oldest.get(level, now_us), item.arrival_us)
+        for level, count in depth.items():
+            metrics.child(metrics.QUEUE_DEPTH, self.model, self.version, level).set(count)
+            age = (now_us - oldest[level]) / 1e6 if count else 0.0
+            metrics.child(metrics.QUEUE_OLDEST_AGE, self.model, self.version, level).set(age)
+        metrics.child(metrics.PENDING, self.model, self.version).set(len(self._pending))
 
     def update(self, config: ModelConfig, instances: int) -> None:
         self.policy = policy_for(config)
         self.instances = max(1, instances)
+        self.levels = config.priority_levels()
 
     def add(self, header: RequestHeader, stream: bytes, entry_id: bytes, data: bytes) -> None:
         if (stream, entry_id) in self._ids:
@@ -212,7 +233,10 @@ class VersionQueue:
     ) -> None:
         """Answer requests with an error and remove them from their streams."""
         by_stream: dict[bytes, list[bytes]] = defaultdict(list)
+        # Triton's reasons: a scheduler timeout is REJECTED; a delivery limit is OTHER.
+        reason = metrics.REJECTED if code == ErrorCode.UNAVAILABLE else metrics.OTHER
         async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(keys.stats(self.model, self.version), "fail_count", len(items))
             queue_replies(
                 pipe,
                 (
@@ -227,6 +251,7 @@ class VersionQueue:
                 by_stream[stream].append(entry_id)
             _ack_delete(pipe, by_stream)
             await pipe.execute()
+        metrics.record_failures(self.model, self.version, reason, len(items))
         log.warning(
             "requests answered with an error by the scheduler",
             extra={
@@ -257,8 +282,17 @@ class VersionQueue:
             pipe.xlen(self.batch_stream)
             results = await pipe.execute()
         self._backlog = int(results[-1])
-        for p in chosen:
+        hist = self._queue_hist
+        for p, ns in zip(chosen, batch.queue_ns, strict=True):
             self._ids.discard((p.stream, p.entry_id))
+            observe = hist.get(p.header.priority)
+            if observe is None:
+                observe = hist[p.header.priority] = metrics.child(
+                    metrics.QUEUE_SECONDS, self.model, self.version, p.header.priority
+                )
+            observe.observe(ns / 1e9)
+        if tracing.ENABLED:
+            self._trace(chosen, batch.queue_ns)
         self.batches += 1
         self.batched_requests += len(chosen)
         log.debug(
@@ -270,6 +304,17 @@ class VersionQueue:
                 "backlog": self._backlog,
             },
         )
+
+    def _trace(self, chosen: list[Pending], queue_ns: list[int]) -> None:
+        now_ns = time.time_ns()
+        for p, ns in zip(chosen, queue_ns, strict=True):
+            tracing.record(
+                "conch.scheduler.queue",
+                tracing.decode_trace(p.data),
+                now_ns - ns,
+                now_ns,
+                {"model": self.model, "version": self.version, "priority": p.header.priority},
+            )
 
 
 def _expiry_ms(header: RequestHeader) -> float:

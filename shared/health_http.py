@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import logging
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY
+
+from shared import metrics
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +63,7 @@ class HealthServer:
 
     def _route(self, path: str) -> tuple[str, str, bytes]:
         if path == "/metrics":
-            return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self._registry)
+            return "200 OK", CONTENT_TYPE_LATEST, metrics.exposition(self._registry)
         if path in ("/health/live", "/v2/health/live"):
             return "200 OK", "text/plain", b"live\n"
         if path in ("/health/ready", "/v2/health/ready"):

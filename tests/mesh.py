@@ -48,8 +48,12 @@ class Mesh:
         self.processes[name] = process
         return process
 
-    def start_scheduler(self, name: str = "scheduler") -> None:
-        self._spawn(name, [sys.executable, "-m", "scheduler"], {"CONCH_SCHEDULER_HEALTH_PORT": "0"})
+    def start_scheduler(self, name: str = "scheduler", **env: str) -> None:
+        self._spawn(
+            name,
+            [sys.executable, "-m", "scheduler"],
+            {"CONCH_SCHEDULER_HEALTH_PORT": "0", **env},
+        )
 
     def start_worker(self, name: str = "worker", backend: str = "onnxruntime", **env: str) -> None:
         self._spawn(

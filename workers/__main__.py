@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from shared import logs
+from shared import logs, tracing
 from shared.errors import ConchError
 from shared.runner import run_service
 from workers.settings import WorkerSettings
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     from workers.service import WorkerService
 
     register_gpu_metrics()  # nv_gpu_* on /metrics where NVML finds a GPU; nothing otherwise
+    tracing.setup(f"worker-{settings.backend}")
 
     try:
         service = WorkerService(settings)

@@ -17,7 +17,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis.asyncio as aioredis
 
-from shared import envelope, keys, redis_conn, registry, repository, streams, tensors
+from shared import (
+    envelope,
+    keys,
+    metrics,
+    redis_conn,
+    registry,
+    repository,
+    streams,
+    tensors,
+    tracing,
+)
 from shared.envelope import InferRequest, Reply, Timing
 from shared.errors import ConchError, ErrorCode
 from shared.health_http import HealthServer
@@ -47,6 +57,7 @@ class WorkerService:
         # Serving tasks of every loaded version; versions loaded at runtime add theirs.
         self._serving: list[asyncio.Task[None]] = []
         self.control = ModelControl(self)
+        self._exported: set[tuple[str, int]] = set()
 
     async def run(self) -> None:
         health = HealthServer(self.settings.health_host, self.settings.health_port, self.ready)
@@ -69,7 +80,9 @@ class WorkerService:
                     )
             await registry.heartbeat(self.redis, "worker", self.id, self._info(), self._ttl)
             await self._mark_ready()
+            metrics.on_scrape(self._export_loaded)
             background = [
+                asyncio.create_task(metrics.redis_rtt_probe(self.redis, "worker"), name="rtt"),
                 asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
                 asyncio.create_task(self._reclaim_loop(), name="reclaim"),
                 asyncio.create_task(self.control.run(), name="model-control"),
@@ -155,7 +168,28 @@ class WorkerService:
                 await registry.heartbeat(self.redis, "worker", self.id, self._info(), self._ttl)
                 await self._mark_ready()
             except Exception:
+                metrics.record_heartbeat("worker", False)
                 log.exception("worker heartbeat failed")
+            else:
+                metrics.record_heartbeat("worker", True)
+
+    def _export_loaded(self) -> None:
+        """Scrape hook: loaded models (instances, load time) from ``self.loaded``, as it is now."""
+        backend = self.settings.backend
+        current = set(self.loaded)
+        for (name, version), loaded in list(self.loaded.items()):
+            if (name, version) not in self._exported:
+                metrics.init_model(name, version)
+                metrics.init_stage("worker", name, version)
+            metrics.child(metrics.WORKER_INSTANCES, name, version, backend).set(
+                len(loaded.instances)
+            )
+            metrics.child(metrics.LOAD_DURATION, name, version).set(loaded.load_seconds)
+            metrics.child(metrics.EXECUTIONS_IN_FLIGHT, name, version)
+        for name, version in self._exported - current:
+            metrics.forget(metrics.WORKER_INSTANCES, name, version, backend)
+            metrics.forget(metrics.LOAD_DURATION, name, version)
+        self._exported = current
 
     async def _serve(self, loaded: LoadedVersion, instance: ModelInstance, index: int) -> None:
         key = (loaded.name, loaded.version)
@@ -193,6 +227,8 @@ class WorkerService:
         now_ms = time.time() * 1000
         replies: list[tuple[str, Reply]] = []
         runnable: list[tuple[int, InferRequest]] = []
+        if entry.deliveries > 1:
+            metrics.child(metrics.REDELIVERED, "worker", loaded.name, loaded.version).inc()
         for index, request in enumerate(requests):
             if entry.deliveries > self.settings.max_deliveries:
                 replies.append(
@@ -220,8 +256,16 @@ class WorkerService:
             else:
                 runnable.append((index, request))
         stats: dict[str, int] = {}
+        unrun = len(requests) - len(runnable)
         if runnable:
             replies.extend(await self._execute(loaded, instance, batch.queue_ns, runnable, stats))
+            metrics.record_batch(loaded.name, loaded.version, stats)
+        if unrun:  # expired or given up: failures, as Triton counts them (and the stats hash)
+            given_up = entry.deliveries > self.settings.max_deliveries
+            reason = metrics.OTHER if given_up else metrics.REJECTED
+            metrics.record_failures(loaded.name, loaded.version, reason, unrun)
+            stats["fail_count"] = stats.get("fail_count", 0) + unrun
+        published_ns = time.time_ns()
         async with self.redis.pipeline(transaction=False) as pipe:
             queue_replies(pipe, replies)
             pipe.xack(entry.stream, keys.WORKER_GROUP, entry.entry_id)
@@ -232,6 +276,8 @@ class WorkerService:
             if stats:
                 pipe.hset(stats_key, "last_inference", int(now_ms))
             await pipe.execute()
+        if tracing.ENABLED:
+            _trace_requests("conch.worker.reply", enumerate(requests), published_ns, self.id)
 
     async def _execute(
         self,
@@ -261,7 +307,15 @@ class WorkerService:
         if not accepted:
             return replies
         loop = asyncio.get_running_loop()
-        execution = await loop.run_in_executor(self._executor, instance.execute, model_requests)
+        in_flight = metrics.child(metrics.EXECUTIONS_IN_FLIGHT, config.name, loaded.version)
+        in_flight.inc()
+        started_ns = time.time_ns()
+        try:
+            execution = await loop.run_in_executor(self._executor, instance.execute, model_requests)
+        finally:
+            in_flight.dec()
+        if tracing.ENABLED:
+            _trace_requests("conch.worker.execute", accepted, started_ns, self.id)
         batch_size = sum(r.batch_size for r in model_requests)
         successes = 0
         for (index, request), result in zip(accepted, execution.results, strict=True):
@@ -331,6 +385,7 @@ class WorkerService:
                     for entry in await streams.reclaim_dead(
                         self.redis, keys.batch_stream(*key), keys.WORKER_GROUP, self.id, live
                     ):
+                        metrics.child(metrics.RECLAIMED, "worker", *key).inc()
                         self._reclaimed[key].put_nowait(entry)
             except Exception:
                 log.exception("reclaim failed")
@@ -365,6 +420,14 @@ class WorkerService:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         await self.redis.aclose()
+
+
+def _trace_requests(name: str, requests, started_ns: int, worker: str) -> None:
+    """One span per traced request of a batch, from ``started_ns`` to now."""
+    ended_ns = time.time_ns()
+    for _, request in requests:
+        if request.trace:
+            tracing.record(name, request.trace, started_ns, ended_ns, {"worker": worker})
 
 
 def _datatype(config, name: str) -> str | None:

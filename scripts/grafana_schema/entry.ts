@@ -1,0 +1,2 @@
+import { Dashboard } from '@grafana/schema';
+export type GrafanaDashboard = Dashboard;
