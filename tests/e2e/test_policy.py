@@ -200,16 +200,17 @@ def test_rate_limit_holds_across_gateways(
 
 
 def test_priority_one_is_served_first_under_saturation(policy_mesh: Mesh) -> None:
-    """120 requests at once on a model that serves ~100/s: priority 2 sent first, then 1."""
+    """120 requests at once on a model that serves ~100/s: 80 at priority 2 sent first, then
+    40 at priority 1. First come first served would finish every priority-2 request first."""
     driver = Driver(policy_mesh.url)
 
     async def burst() -> list:
         low = asyncio.ensure_future(
-            driver.closed_loop(60, 60, lambda i: ("/v2/models/slow/infer", slow_body(2), {}, 2))
+            driver.closed_loop(80, 80, lambda i: ("/v2/models/slow/infer", slow_body(2), {}, 2))
         )
         await asyncio.sleep(0.05)
         high = await driver.closed_loop(
-            60, 60, lambda i: ("/v2/models/slow/infer", slow_body(1), {}, 1)
+            40, 40, lambda i: ("/v2/models/slow/infer", slow_body(1), {}, 1)
         )
         return [*(await low), *high]
 
@@ -218,9 +219,10 @@ def test_priority_one_is_served_first_under_saturation(policy_mesh: Mesh) -> Non
     done = sorted(answers, key=lambda a: a.sent_at + a.latency_s)
     high_ranks = [i for i, a in enumerate(done) if a.tag == 1]
     low_ranks = [i for i, a in enumerate(done) if a.tag == 2]
-    # Sent later, priority 1 finishes first: most (high, low) pairs complete high first.
+    # Sent later, priority 1 finishes ahead of the priority-2 requests still queued.
     ahead = sum(1 for h in high_ranks for lo in low_ranks if h < lo)
-    assert ahead / (len(high_ranks) * len(low_ranks)) >= 0.75, ahead
+    share = ahead / (len(high_ranks) * len(low_ranks))
+    assert share >= 0.5, (share, high_ranks)
     assert sum(high_ranks) / len(high_ranks) < sum(low_ranks) / len(low_ranks)
 
 
