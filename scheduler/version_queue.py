@@ -137,7 +137,14 @@ class VersionQueue:
         return self.instances * (1 + self._per_instance)
 
     async def run(self) -> None:
+        task = asyncio.current_task()
+        # Batches already queued (a scheduler restart, a failover) count against the limit.
+        self._backlog = int(await self._redis.xlen(self.batch_stream))
         while True:
+            # On Python 3.11 a cancellation landing inside redis-py's asyncio.wait_for can be
+            # swallowed (CPython gh-86296); the task still counts it, so honour it here.
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
             try:
                 await self._step()
             except asyncio.CancelledError:

@@ -507,14 +507,6 @@ async def test_a_held_request_still_expires(harness, aredis) -> None:
     assert await h.batch_ids() == [["first"]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG (minor): scheduler/version_queue.py VersionQueue: the backlog starts at 0 and is "
-        "only read from Redis after a dispatch, so a new queue (scheduler start or failover) "
-        "dispatches its first batch even when the batch stream already holds >= limit batches"
-    ),
-)
 async def test_a_new_queue_respects_a_backlog_already_in_the_stream(harness, aredis) -> None:
     h = harness(model_config(max_batch_size=8), queued_per_instance=0)
     await aredis.xadd(h.queue.batch_stream, {keys.FIELD_DATA: b"a batch a worker has not taken"})
@@ -527,18 +519,6 @@ async def test_a_new_queue_respects_a_backlog_already_in_the_stream(harness, are
 # --- stopping ----------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: scheduler/version_queue.py VersionQueue.run does not reliably stop when cancelled "
-        "(SchedulerService.run cancels and gathers these tasks on SIGTERM, and hangs). While "
-        "a batch is held back the loop polls XLEN; redis-py 8 wraps every command send in "
-        "asyncio.wait_for(..., socket_timeout=5 by default), and on Python 3.11 wait_for "
-        "swallows a cancellation that lands as the send completes (CPython gh-86296, fixed in "
-        "3.12). run() then keeps looping with the cancel lost. Measured: most of 300 cancels of "
-        "an XLEN loop were swallowed, with Conch's own redis_conn.connect pool too"
-    ),
-)
 async def test_run_stops_when_cancelled(harness) -> None:
     # Held back with no poll delay: the loop is one XLEN round trip after another.
     h = harness(model_config(max_batch_size=1), queued_per_instance=0, backlog_poll_us=0)
