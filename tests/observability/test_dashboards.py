@@ -109,3 +109,25 @@ def test_every_queried_metric_is_exported_or_recorded() -> None:
                     if name not in known:
                         unknown.add(f"{path.stem}: {name}")
     assert not unknown, sorted(unknown)
+
+
+@pytest.mark.gpu
+def test_gpu_dashboard_metrics_are_exported_where_nvml_finds_a_gpu() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    nvml = gpu_metrics.load_nvml()
+    if nvml is None:
+        pytest.skip("no GPU visible to NVML (nvidia-ml-py + driver + device)")
+    registry = CollectorRegistry()
+    gpu_metrics.register_gpu_metrics(registry, nvml)
+    text = generate_latest(registry).decode()
+    dashboard = _load(GRAFANA / "dashboards" / "conch-gpus.json")
+    names = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+        for name in _NAME.findall(target["expr"])
+    }
+    assert names >= {"nv_gpu_utilization", "nv_gpu_memory_used_bytes"}
+    missing = [name for name in names if f"{name}{{" not in text]
+    assert not missing, missing
