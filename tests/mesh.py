@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -105,20 +106,16 @@ class Mesh:
 
     def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
         process = self.processes.pop(name)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            pass
         process.wait(timeout=30)
 
     def stop(self) -> None:
         for name in list(self.processes):
             process = self.processes[name]
             if process.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
         for name in list(self.processes):
             process = self.processes.pop(name)
             try:
