@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
-import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,24 +23,31 @@ from shared.redis_server import free_port
 pytestmark = pytest.mark.e2e
 
 
-def _read_until(process: subprocess.Popen[str], pattern: str, timeout_s: float, seen: list[str]):
-    deadline = time.monotonic() + timeout_s
-    assert process.stdout is not None
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    while time.monotonic() < deadline:
-        if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
-            break
-        line = process.stdout.readline()
-        if not line:
-            if process.poll() is not None:
+class Output:
+    """Lines of a child's stdout, read on a thread (select() misses lines already buffered)."""
+
+    def __init__(self, process: subprocess.Popen[str]):
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, args=(process,), daemon=True).start()
+
+    def _pump(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self.lines.put(line)
+
+    def wait_for(self, pattern: str, timeout_s: float) -> re.Match[str]:
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
                 break
-            continue
-        seen.append(line)
-        match = re.search(pattern, line)
-        if match:
-            return match
-    raise AssertionError(f"'{pattern}' not seen within {timeout_s} s:\n{''.join(seen[-40:])}")
+            self.seen.append(line)
+            if match := re.search(pattern, line):
+                return match
+        tail = "".join(self.seen[-40:])
+        raise AssertionError(f"'{pattern}' not seen within {timeout_s} s:\n{tail}")
 
 
 def test_conch_up_serves_restarts_and_stops(model_repository: Path) -> None:
@@ -64,9 +72,10 @@ def test_conch_up_serves_restarts_and_stops(model_repository: Path) -> None:
         env=env,
         start_new_session=True,
     )
-    seen: list[str] = []
+    output = Output(process)
+    seen = output.seen
     try:
-        _read_until(process, rf"Conch is ready at http://localhost:{port}", 120, seen)
+        output.wait_for(rf"Conch is ready at http://localhost:{port}", 120)
         client = httpclient.InferenceServerClient(f"localhost:{port}")
         a = np.arange(16, dtype=np.int32).reshape(1, 16)
         inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
@@ -81,7 +90,7 @@ def test_conch_up_serves_restarts_and_stops(model_repository: Path) -> None:
             if line.startswith("{") and '"service started"' in line and "worker-onnx" in line
         )
         os.kill(worker_pid, signal.SIGKILL)
-        _read_until(process, r'"service restarted".*"target":"worker-onnxruntime', 30, seen)
+        output.wait_for(r'"service restarted".*"target":"worker-onnxruntime', 30)
         deadline = time.monotonic() + 60
         while not client.is_model_ready("simple") and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -123,9 +132,9 @@ def test_conch_up_with_envoy_serves_through_the_edge(model_repository: Path) -> 
         env=env,
         start_new_session=True,
     )
-    seen: list[str] = []
+    output = Output(process)
     try:
-        _read_until(process, rf"Conch is ready at http://127.0.0.1:{envoy_port}", 120, seen)
+        output.wait_for(rf"Conch is ready at http://127.0.0.1:{envoy_port}", 120)
         client = httpclient.InferenceServerClient(f"127.0.0.1:{envoy_port}")
         a = np.arange(16, dtype=np.int32).reshape(1, 16)
         inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
