@@ -7,8 +7,9 @@ PORT ?= 8000
 REPO ?= examples/model_repository
 # torch is pinned: this exact version is the CPU build; an open range would pull CUDA wheels.
 TORCH ?= torch==2.13.0
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: up install install-test models test lint bench
+.PHONY: up install install-test models test lint bench prometheus
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +27,15 @@ models: install
 up: models
 	$(VENV)/bin/conch up --model-repository $(REPO) --http-port $(PORT)
 
-install-test: $(PY)
+install-test: $(PY) prometheus
 	$(PIP) $(TORCH)
 	$(PIP) -e ".[onnx,torch,test,deploy]"
+
+# Prometheus and promtool (Debian) for the observability tests; skipped where already present.
+prometheus:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 # One command: install what the tests need and run them (CI runs exactly this).
 test: install-test
