@@ -120,9 +120,7 @@ async def test_worker_killed_mid_batch_loses_no_request(recovery_mesh: Mesh) -> 
     finally:
         await client.close()
     expected = expected_slow(mesh.repository, np.concatenate(inputs))
-    np.testing.assert_allclose(
-        np.concatenate(results), expected, rtol=1e-4, atol=1e-4
-    )
+    np.testing.assert_allclose(np.concatenate(results), expected, rtol=1e-4, atol=1e-4)
     assert sorted(done) == list(range(40))
     # Nothing is left pending once the replacement has finished the work.
     assert r.xpending(keys.batch_stream("slow", 1), keys.WORKER_GROUP)["pending"] == 0

@@ -154,7 +154,7 @@ BAD_REQUESTS = [
     (
         "simple/infer",
         b'{"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", '
-        b'"data": [' + b",".join([b"1.0"] * 16) + b"]}, {\"name\": \"INPUT1\", \"shape\": "
+        b'"data": [' + b",".join([b"1.0"] * 16) + b']}, {"name": "INPUT1", "shape": '
         b'[1, 16], "datatype": "INT32", "data": [' + b",".join([b"1"] * 16) + b"]}]}",
         {},
         400,
@@ -163,7 +163,7 @@ BAD_REQUESTS = [
     (
         "simple/infer",
         b'{"inputs": [{"name": "INPUT0", "shape": [1, 8], "datatype": "INT32", '
-        b'"data": [' + b",".join([b"1"] * 8) + b"]}, {\"name\": \"INPUT1\", \"shape\": "
+        b'"data": [' + b",".join([b"1"] * 8) + b']}, {"name": "INPUT1", "shape": '
         b'[1, 8], "datatype": "INT32", "data": [' + b",".join([b"1"] * 8) + b"]}]}",
         {},
         400,
@@ -172,7 +172,7 @@ BAD_REQUESTS = [
     (
         "simple/infer",
         b'{"inputs": [{"name": "INPUT0", "shape": [9, 16], "datatype": "INT32", '
-        b'"data": [' + b",".join([b"1"] * 144) + b"]}, {\"name\": \"INPUT1\", \"shape\": "
+        b'"data": [' + b",".join([b"1"] * 144) + b']}, {"name": "INPUT1", "shape": '
         b'[9, 16], "datatype": "INT32", "data": [' + b",".join([b"1"] * 144) + b"]}]}",
         {},
         400,
