@@ -17,15 +17,15 @@ from typing import Any
 import msgspec
 from litestar import Litestar, Request, Response, get, post
 
-from gateway import stats
+from gateway import rest_infer, stats
 from gateway.admin import AdminStore, admin_router, openapi_config
 from gateway.dataplane import DataPlane
 from gateway.errors import EXCEPTION_HANDLERS
-from gateway.http_codec import HEADER_LENGTH, decompress, encode_infer_response, parse_infer_request
+from gateway.fastpath import FastInferApp
 from gateway.model_table import ModelTable
 from gateway.replies import ReplyRouter
 from gateway.repository_api import RepositoryControl, repository_router
-from gateway.routing import ROUTE_KEY_HEADER, Caller, TrafficPolicy
+from gateway.routing import TrafficPolicy
 from gateway.settings import GatewaySettings
 from shared import logs, metrics, redis_conn, registry, tracing
 from shared.errors import ConchError, ErrorCode
@@ -182,24 +182,14 @@ async def model_statistics(
     status_code=200,
 )
 async def infer(request: Request, model: str, version: str | None = None) -> Response:
-    state = _state(request)
-    headers = request.headers
-    body = decompress(await request.body(), headers.get("content-encoding"))
-    parsed = parse_infer_request(body, headers.get(HEADER_LENGTH))
-    caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
-    outcome = await state.dataplane.infer(model, version, parsed, caller)
-    binary = {o.name: o.binary for o in outcome.request.outputs}
-    if not outcome.request.outputs and parsed.binary_default:
-        binary = {t.name: True for t in outcome.reply.outputs}
-    content, header_length = encode_infer_response(
-        model, outcome.version, parsed.id, outcome.reply.outputs, binary
+    response = await rest_infer.infer(
+        _state(request).dataplane, model, version, request.headers, await request.body()
     )
-    if header_length is None:
-        return Response(content=content, media_type="application/json")
     return Response(
-        content=content,
-        media_type="application/octet-stream",
-        headers={"Inference-Header-Content-Length": str(header_length)},
+        content=response.body,
+        status_code=response.status,
+        media_type=response.content_type,
+        headers=response.headers,
     )
 
 
@@ -253,12 +243,13 @@ def create_app(settings: GatewaySettings) -> Litestar:
     )
 
 
-def app_from_env() -> Litestar:
+def app_from_env() -> Litestar | FastInferApp:
     """uvicorn's factory: settings are read here, in each gateway process, not at import."""
     settings = GatewaySettings.from_env()
     logs.setup("gateway", settings.log_level, settings.log_format)
     tracing.setup("gateway")
-    return create_app(settings)
+    app = create_app(settings)
+    return FastInferApp(app) if settings.infer_fast_path else app
 
 
 __all__ = ["ConchError", "ErrorCode", "app_from_env", "create_app"]

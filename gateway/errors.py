@@ -32,16 +32,19 @@ HTTP_STATUS: dict[ErrorCode, int] = {
 _json = msgspec.json.Encoder()
 
 
-def error_response(code: ErrorCode, message: str, retry_after_s: float | None = None) -> Response:
+def error_parts(
+    code: ErrorCode, message: str, retry_after_s: float | None = None
+) -> tuple[int, bytes, str, dict[str, str]]:
+    """Status, body, content type and headers of Triton's error answer for a code."""
     headers = {}
     if retry_after_s is not None:
         headers["Retry-After"] = str(max(1, int(retry_after_s + 0.999)))
-    return Response(
-        content=_json.encode({"error": message}),
-        status_code=HTTP_STATUS.get(code, 500),
-        media_type="application/json",
-        headers=headers,
-    )
+    return HTTP_STATUS.get(code, 500), _json.encode({"error": message}), "application/json", headers
+
+
+def error_response(code: ErrorCode, message: str, retry_after_s: float | None = None) -> Response:
+    status, body, media_type, headers = error_parts(code, message, retry_after_s)
+    return Response(content=body, status_code=status, media_type=media_type, headers=headers)
 
 
 def conch_error_handler(_: Request, exc: ConchError) -> Response:

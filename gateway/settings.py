@@ -22,6 +22,8 @@ class GatewaySettings(Settings, kw_only=True):
     # How often the model table (configs, ready versions) is re-read from Redis.
     refresh_interval_ms: int = 250
     redis_pool_size: int = 64
+    # Answer POST .../infer straight from ASGI rather than through Litestar's routing.
+    infer_fast_path: bool = True
     # Admin API (/v2/admin/...) bearer token; empty: the admin API is off.
     admin_token: str = ""
     # Inference without an API key (as the anonymous tenant when one is defined).

@@ -1,0 +1,75 @@
+"""An ASGI fast path for ``POST /v2/models/{m}[/versions/{v}]/infer``.
+
+Inference is nearly all of a gateway's traffic, and a framework's routing, middleware and
+parameter parsing cost more than the request's own work. This wrapper answers inference
+directly from the ASGI scope and hands everything else (health, metadata, admin, lifespan) to
+the Litestar application, which also serves inference itself when the fast path is off.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from litestar import Litestar
+
+from gateway import rest_infer
+from gateway.errors import error_parts
+from shared.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+_INFER = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
+
+
+class FastInferApp:
+    def __init__(self, app: Litestar):
+        self.app = app
+        # Litestar's own attributes (state, routes) stay reachable through the wrapper.
+        self.state = app.state
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.app, name)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        match = _INFER.match(scope["path"])
+        if match is None:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            body = await _read_body(receive)
+            state = self.app.state.gateway
+            response = await rest_infer.infer(
+                state.dataplane, match.group(1), match.group(2), headers, body
+            )
+        except Exception as exc:  # never let one request take the process's loop down
+            log.exception("unhandled error on the inference fast path")
+            response = rest_infer.RestResponse(
+                *error_parts(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+            )
+        raw_headers = [
+            (b"content-type", response.content_type.encode()),
+            (b"content-length", str(len(response.body)).encode()),
+        ]
+        raw_headers.extend((k.lower().encode(), v.encode()) for k, v in response.headers.items())
+        await send(
+            {"type": "http.response.start", "status": response.status, "headers": raw_headers}
+        )
+        await send({"type": "http.response.body", "body": response.body})
+
+
+async def _read_body(receive: Any) -> bytes:
+    message = await receive()
+    body = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body
+    chunks = [body]
+    while message.get("more_body", False):
+        message = await receive()
+        chunks.append(message.get("body", b""))
+    return b"".join(chunks)

@@ -1,0 +1,74 @@
+"""The REST inference exchange, independent of the web framework: headers + body in, status +
+headers + body out. Both the Litestar route and the ASGI fast path call it, so they cannot
+drift apart."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from gateway.errors import error_parts
+from gateway.http_codec import HEADER_LENGTH, decompress, encode_infer_response, parse_infer_request
+from gateway.routing import ROUTE_KEY_HEADER, Caller
+from shared.errors import ConchError, ErrorCode
+
+if TYPE_CHECKING:
+    from gateway.dataplane import DataPlane
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+BINARY = "application/octet-stream"
+
+
+class RestResponse:
+    __slots__ = ("body", "content_type", "headers", "status")
+
+    def __init__(
+        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+    ):
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+        self.headers = headers or {}
+
+
+async def infer(
+    dataplane: DataPlane,
+    model: str,
+    version: str | None,
+    headers: Mapping[str, str],
+    body: bytes,
+) -> RestResponse:
+    """Run one inference; every failure becomes Triton's ``{"error": ...}`` with its status."""
+    try:
+        body = decompress(body, headers.get("content-encoding"))
+        parsed = parse_infer_request(body, headers.get(HEADER_LENGTH))
+        caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
+        outcome = await dataplane.infer(model, version, parsed, caller)
+    except ConchError as exc:
+        return RestResponse(*error_parts(exc.code, exc.message, exc.retry_after_s))
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        log.error("redis unreachable", extra={"model": model, "error": str(exc)})
+        return RestResponse(
+            *error_parts(
+                ErrorCode.UNAVAILABLE,
+                f"the mesh's Redis is unreachable ({type(exc).__name__}); retry shortly",
+                1,
+            )
+        )
+    binary = {o.name: o.binary for o in outcome.request.outputs}
+    if not outcome.request.outputs and parsed.binary_default:
+        binary = {t.name: True for t in outcome.reply.outputs}
+    content, header_length = encode_infer_response(
+        model, outcome.version, parsed.id, outcome.reply.outputs, binary
+    )
+    if header_length is None:
+        return RestResponse(200, content, JSON)
+    return RestResponse(
+        200, content, BINARY, {"Inference-Header-Content-Length": str(header_length)}
+    )
