@@ -12,7 +12,7 @@ import logging
 import redis.asyncio as aioredis
 
 from shared import keys, redis_conn
-from shared.envelope import Reply, decode_reply
+from shared.envelope import Reply, decode_replies
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +63,14 @@ class ReplyRouter:
         if payload is None:
             return
         try:
-            reply = decode_reply(payload)
+            replies = decode_replies(payload)
         except Exception:
-            log.exception("undecodable reply dropped")
+            log.exception("undecodable reply entry dropped")
             return
-        future = self._pending.pop(reply.id, None)
-        if future is None or future.done():
-            self.duplicates += 1
-            log.debug("reply for a request no longer waiting", extra={"request": reply.id})
-            return
-        future.set_result(reply)
+        for reply in replies:
+            future = self._pending.pop(reply.id, None)
+            if future is None or future.done():
+                self.duplicates += 1
+                log.debug("reply for a request no longer waiting", extra={"request": reply.id})
+                continue
+            future.set_result(reply)

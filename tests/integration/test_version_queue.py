@@ -171,7 +171,11 @@ class Harness:
 
     async def replies(self) -> list[Reply]:
         rows = await self.r.xrange(REPLY_TO)
-        return [envelope.decode_reply(fields[keys.FIELD_DATA]) for _, fields in rows]
+        return [
+            reply
+            for _, fields in rows
+            for reply in envelope.decode_replies(fields[keys.FIELD_DATA])
+        ]
 
     async def wait_batches(self, count: int, within: float = 3.0) -> list[list[str]]:
         return await eventually(self.batch_ids, lambda b: len(b) >= count, within)
