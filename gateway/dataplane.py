@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from gateway.enqueue import CoalescedScript
 from gateway.http_codec import ParsedRequest
 from gateway.model_table import ModelTable
 from gateway.policy import queue_ticket
@@ -59,7 +60,7 @@ class DataPlane:
         self.table = table
         self.replies = replies
         self._default_timeout_ms = default_timeout_ms
-        self._enqueue = r.register_script(ENQUEUE_LUA)
+        self._enqueue = CoalescedScript(r, ENQUEUE_LUA)
 
     async def infer(
         self,

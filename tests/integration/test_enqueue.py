@@ -13,6 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.dataplane import ENQUEUE_LUA
+from gateway.enqueue import CoalescedScript
 from shared import envelope, keys, registry, streams
 from shared.envelope import InferRequest, RequestHeader, Tensor
 
@@ -50,9 +51,13 @@ def payload(n: int) -> tuple[bytes, bytes]:
     return envelope.encode(header), envelope.encode(request)
 
 
-@pytest.fixture
-def enqueue(aredis: aioredis.Redis):
-    script = aredis.register_script(ENQUEUE_LUA)
+@pytest.fixture(params=["script", "coalesced"])
+def enqueue(request: pytest.FixtureRequest, aredis: aioredis.Redis):
+    """Every test runs against the plain script and the gateway's coalescing caller."""
+    if request.param == "script":
+        script = aredis.register_script(ENQUEUE_LUA)
+    else:
+        script = CoalescedScript(aredis, ENQUEUE_LUA)
 
     async def call(n: int = 0, max_queue: int = 0, now: int | None = None) -> int:
         header, data = payload(n)
@@ -176,3 +181,14 @@ async def test_concurrent_admission_never_exceeds_max(aredis: aioredis.Redis, en
     assert sorted(results).count(1) == 10
     assert results.count(-2) == 30
     assert await aredis.xlen(STREAM) == 10
+
+
+async def test_coalesced_calls_share_a_pipeline_and_survive_a_script_flush(aredis) -> None:
+    await ready_worker(aredis)
+    script = CoalescedScript(aredis, ENQUEUE_LUA)
+    await aredis.script_flush()  # the first pipeline meets NOSCRIPT and must recover
+    results = await asyncio.gather(
+        *(script([READY, STREAM], [registry.now_ms(), 30, *payload(n)]) for n in range(40))
+    )
+    assert sorted(results) == [-2] * 10 + [1] * 30
+    assert await aredis.xlen(STREAM) == 30
