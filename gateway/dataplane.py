@@ -68,7 +68,10 @@ class DataPlane:
         version: str | None,
         parsed: ParsedRequest,
         caller: Caller = ANONYMOUS_CALLER,
+        received: float | None = None,
     ) -> InferOutcome:
+        """``received`` (perf_counter) is when the request arrived, so that the request
+        duration a gateway reports includes reading and parsing the body."""
         config = self.table.config(model)
         if self.policy is None:
             tenant, number = None, self.table.resolve_version(model, version)
@@ -89,7 +92,7 @@ class DataPlane:
             self.policy.shadow(self, model, version, number, parsed, tenant)
         request_id = uuid.uuid4().hex
         request_id_var.set(parsed.id or request_id)
-        started, code = time.perf_counter(), ErrorCode.CANCELLED.value
+        started, code = received or time.perf_counter(), ErrorCode.CANCELLED.value
         arm = "shadow" if caller.trusted else "pinned" if version else "routed"
         span = tracing.start(
             "conch.gateway.infer", None, {"model": model, "version": number, "arm": arm}

@@ -5,6 +5,7 @@ drift apart."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -45,11 +46,12 @@ async def infer(
     body: bytes,
 ) -> RestResponse:
     """Run one inference; every failure becomes Triton's ``{"error": ...}`` with its status."""
+    received = time.perf_counter()
     try:
         body = decompress(body, headers.get("content-encoding"))
         parsed = parse_infer_request(body, headers.get(HEADER_LENGTH))
         caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
-        outcome = await dataplane.infer(model, version, parsed, caller)
+        outcome = await dataplane.infer(model, version, parsed, caller, received)
     except ConchError as exc:
         return RestResponse(*error_parts(exc.code, exc.message, exc.retry_after_s))
     except (RedisConnectionError, RedisTimeoutError) as exc:
