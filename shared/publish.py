@@ -31,3 +31,19 @@ def queue_replies(pipe: Pipeline, replies: Iterable[tuple[str, Reply]]) -> None:
             approximate=True,
         )
         pipe.pexpire(stream, REPLY_TTL_MS)
+
+
+# Every counter of one batch in one command (a dozen HINCRBYs cost a dozen commands to pack,
+# send and run); EVAL with the source, so no script cache is needed.
+_ADD_STATS_LUA = """
+for i = 2, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'last_inference', ARGV[1])
+"""
+
+
+def add_stats(pipe: Pipeline, key: str, counters: dict[str, int], last_inference_ms: int) -> None:
+    """Add a batch's statistics counters to the (model, version) hash the gateways read."""
+    args: list[object] = [last_inference_ms]
+    for field, amount in counters.items():
+        args.extend((field, amount))
+    pipe.eval(_ADD_STATS_LUA, 1, key, *args)

@@ -31,7 +31,7 @@ from shared import (
 from shared.envelope import InferRequest, Reply, Timing
 from shared.errors import ConchError, ErrorCode
 from shared.health_http import HealthServer
-from shared.publish import queue_replies
+from shared.publish import add_stats, queue_replies
 from workers.backend import Backend, ModelInstance, ModelRequest
 from workers.control import ModelControl
 from workers.loader import LoadedVersion, load_version
@@ -270,11 +270,8 @@ class WorkerService:
             queue_replies(pipe, replies)
             pipe.xack(entry.stream, keys.WORKER_GROUP, entry.entry_id)
             pipe.xdel(entry.stream, entry.entry_id)
-            stats_key = keys.stats(loaded.name, loaded.version)
-            for field, amount in stats.items():
-                pipe.hincrby(stats_key, field, amount)
             if stats:
-                pipe.hset(stats_key, "last_inference", int(now_ms))
+                add_stats(pipe, keys.stats(loaded.name, loaded.version), stats, int(now_ms))
             await pipe.execute()
         if tracing.ENABLED:
             _trace_requests("conch.worker.reply", enumerate(requests), published_ns, self.id)
