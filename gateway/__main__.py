@@ -53,6 +53,8 @@ def _serve(settings: GatewaySettings) -> None:
         http="httptools",
         lifespan="on",
         access_log=False,
+        proxy_headers=False,
+        server_header=False,
         log_config=None,
         timeout_graceful_shutdown=10,
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -22,6 +21,7 @@ from gateway.validation import ValidRequest, validate
 from shared import envelope, keys, metrics, tracing
 from shared.envelope import InferRequest, Reply, RequestHeader
 from shared.errors import ConchError, ErrorCode, unavailable
+from shared.ids import new_id
 from shared.logs import request_id_var
 
 # Atomic admission: refuse at once when no live worker serves the version or the queue is full,
@@ -90,7 +90,7 @@ class DataPlane:
         ticket = queue_ticket(config, parsed.parameters, tenant.priority if tenant else 0)
         if self.policy is not None:
             self.policy.shadow(self, model, version, number, parsed, tenant)
-        request_id = uuid.uuid4().hex
+        request_id = new_id()
         request_id_var.set(parsed.id or request_id)
         started, code = received or time.perf_counter(), ErrorCode.CANCELLED.value
         arm = "shadow" if caller.trusted else "pinned" if version else "routed"

@@ -17,7 +17,6 @@ import bisect
 import contextlib
 import logging
 import time
-import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -27,6 +26,7 @@ from scheduler.batcher import BatchPolicy, decide
 from shared import envelope, keys, metrics, tracing
 from shared.envelope import Batch, RequestHeader
 from shared.errors import ErrorCode
+from shared.ids import new_id
 from shared.model_config import ModelConfig
 from shared.publish import queue_replies
 
@@ -273,7 +273,7 @@ class VersionQueue:
         chosen, self._pending = self._pending[:take], self._pending[take:]
         now_ms = time.time() * 1000
         batch = Batch(
-            batch_id=uuid.uuid4().hex,
+            batch_id=new_id(),
             model=self.model,
             version=self.version,
             formed_ms=int(now_ms),

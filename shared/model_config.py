@@ -125,10 +125,16 @@ class ModelConfig(msgspec.Struct, frozen=True):
         return [spec.name for spec in self.outputs]
 
     def input(self, name: str) -> TensorSpec | None:
-        return next((spec for spec in self.inputs if spec.name == name), None)
+        for spec in self.inputs:  # a handful of entries: a scan beats building a dict
+            if spec.name == name:
+                return spec
+        return None
 
     def output(self, name: str) -> TensorSpec | None:
-        return next((spec for spec in self.outputs if spec.name == name), None)
+        for spec in self.outputs:
+            if spec.name == name:
+                return spec
+        return None
 
     @property
     def instance_count(self) -> int:

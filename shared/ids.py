@@ -1,0 +1,30 @@
+"""Unique ids without a system call per id: a random per-process prefix and a counter.
+
+``uuid4()`` reads the kernel's random source on every call, which is a measurable share of a
+request's cost at thousands of requests per second; uniqueness only needs the prefix to be
+random once per process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+
+class IdSource:
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8).hex()
+        self._counter = itertools.count(1)
+        self._pid = os.getpid()
+
+    def next(self) -> str:
+        if os.getpid() != self._pid:  # forked: a child must not repeat its parent's ids
+            self.__init__()
+        return f"{self._prefix}{next(self._counter):x}"
+
+
+_source = IdSource()
+
+
+def new_id() -> str:
+    return _source.next()
