@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.cells import Cell, parse_cells
+from bench.models import NAMES
+from bench.models import write as write_memory_bound
 from bench.processes import ProcessCpu, start_mesh, start_peer, stop
 from bench.report import markdown_table
 
@@ -77,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         capture_output=True,
     )
     cells = parse_cells(args.cells)
+    if any(cell.model in NAMES for cell in cells):
+        write_memory_bound(repo)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
 
@@ -84,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         peer = start_peer(args.harness, args.peer_port, env)
         try:
             for cell in cells:
-                if cell.binary:
-                    continue  # the peer answers the binary extension with 422/500
+                if cell.binary or cell.model in NAMES:
+                    continue  # the peer answers binary with 422/500 and serves only mlp, add_sub
                 rows.append(
                     _run_cell(
                         load_sh,

@@ -24,10 +24,20 @@ log = logging.getLogger("conch.up")
 WORKER_BACKENDS = ("onnxruntime", "pytorch", "python", "tensorrt")
 
 
+# Verbs that run another module of the project in place of this process.
+_SERVICE_MODULES = {
+    "gateway": "gateway",
+    "scheduler": "scheduler",
+    "worker": "workers",
+    "controlplane": "controlplane",
+    "bench": "bench",
+}
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("gateway", "scheduler", "worker"):
-        module = {"gateway": "gateway", "scheduler": "scheduler", "worker": "workers"}[argv[0]]
+    if argv and argv[0] in _SERVICE_MODULES:
+        module = _SERVICE_MODULES[argv[0]]
         os.execv(sys.executable, [sys.executable, "-m", module, *argv[1:]])
     if argv and argv[0] == "admin":
         from shared import admin_cli
@@ -79,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("scheduler", help="run one scheduler service")
     sub.add_parser("worker", help="run one worker service: conch worker --backend NAME")
     sub.add_parser("admin", help="admin API client: conch admin weights|tenants|shadow|models")
+    sub.add_parser("controlplane", help="run the xDS control plane for Envoy")
+    sub.add_parser("bench", help="benchmark against the shared harness: conch bench --help")
     return parser
 
 
