@@ -11,7 +11,6 @@ chosen by the operator, so a digest cannot be reversed, and a Redis dump reveals
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import hashlib
 import hmac
@@ -22,7 +21,7 @@ from typing import Annotated
 import msgspec
 import redis.asyncio as aioredis
 
-from shared import keys
+from shared import keys, periodic
 from shared.errors import ConchError, ErrorCode
 
 log = logging.getLogger(__name__)
@@ -143,14 +142,7 @@ class TenantTable:
         self._rev = int(rev_now or 0)
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.refresh()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("tenant table refresh failed")
-            await asyncio.sleep(self._interval)
+        await periodic.every(self._interval, self.refresh, "tenant table")
 
     def identify(self, authorization: str | None) -> Tenant | None:
         """The calling tenant: 401 for an unknown or revoked key, or a missing one where

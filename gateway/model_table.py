@@ -12,7 +12,7 @@ import logging
 
 import redis.asyncio as aioredis
 
-from shared import registry
+from shared import periodic, registry
 from shared.errors import not_found
 from shared.model_config import ModelConfig
 
@@ -37,14 +37,7 @@ class ModelTable:
         self.loaded.set()
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.refresh()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("model table refresh failed")
-            await asyncio.sleep(self._interval)
+        await periodic.every(self._interval, self.refresh, "model table")
 
     def config(self, model: str) -> ModelConfig:
         config = self.configs.get(model)

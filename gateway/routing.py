@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 from gateway.auth import Tenant, TenantTable, authorize
 from gateway.model_table import ModelTable
 from gateway.ratelimit import RateLimiter
-from shared import keys
+from shared import keys, periodic
 
 if TYPE_CHECKING:
     from gateway.dataplane import DataPlane
@@ -156,14 +156,7 @@ class TrafficPolicy:
         self.loaded.set()
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.refresh()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("traffic policy refresh failed")
-            await asyncio.sleep(self._interval)
+        await periodic.every(self._interval, self.refresh, "traffic policy")
 
     async def stop(self) -> None:
         for task in list(self._shadow_tasks):
