@@ -53,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-port", type=int, default=8080)
     parser.add_argument("--cells", default="mlp:1,mlp:64,add_sub:1,add_sub:64,mlp:64:binary")
     parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument(
+        "--queue-delay-us",
+        type=int,
+        help="serve Conch's copy of the models with this max_queue_delay_microseconds",
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("bench-results/results.jsonl"))
     args = parser.parse_args(argv)
@@ -103,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             stop(peer)
 
-    mesh = start_mesh(repo, args.port) if args.start else None
+    served = repo if args.queue_delay_us is None else _with_delay(repo, args.queue_delay_us)
+    mesh = start_mesh(served, args.port) if args.start else None
     url = args.url or f"http://127.0.0.1:{args.port}"
     try:
         cpu = ProcessCpu.for_mesh(mesh)
@@ -167,6 +173,24 @@ def _run_cell(
             executions = after_stats[1] - before_stats[1]
             row["avg_batch"] = round(inferences / executions, 2) if executions else None
     return row
+
+
+def _with_delay(repo: Path, delay_us: int) -> Path:
+    """A copy of the repository whose dynamic batchers wait at most ``delay_us``."""
+    import re
+    import shutil
+
+    target = repo.with_name(f"{repo.name}-delay{delay_us}")
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(repo, target)
+    for config in target.glob("*/config.pbtxt"):
+        text = re.sub(
+            r"max_queue_delay_microseconds: \d+",
+            f"max_queue_delay_microseconds: {delay_us}",
+            config.read_text(),
+        )
+        config.write_text(text)
+    return target
 
 
 def _stats(url: str, model: str) -> tuple[int, int] | None:
