@@ -50,6 +50,7 @@ class SchedulerService:
             self._refresh_loop(),
             self._read_loop(),
             self._reclaim_loop(),
+            self._done_loop(),
         ]
         try:
             await asyncio.gather(*loops)
@@ -185,6 +186,38 @@ class SchedulerService:
             task.add_done_callback(self._background.discard)
             return
         queue.add(header, entry.stream, entry.entry_id, data)
+
+    async def _done_loop(self) -> None:
+        """Workers announce finished batches: the held-back batch of that version may go."""
+        client: aioredis.Redis = redis_conn.dedicated(
+            self.settings.redis_url, name="conch-scheduler-done"
+        )
+        by_channel: dict[bytes, VersionQueue] = {}
+        try:
+            while True:
+                try:
+                    async with client.pubsub() as pubsub:
+                        await pubsub.psubscribe(keys.BATCH_DONE_PATTERN)
+                        async for message in pubsub.listen():
+                            if message.get("type") != "pmessage":
+                                continue
+                            channel = message["channel"]
+                            queue = by_channel.get(channel)
+                            if queue is None:
+                                by_channel = {
+                                    keys.batch_done_channel(m, v).encode(): q
+                                    for (m, v), q in self.queues.items()
+                                }
+                                queue = by_channel.get(channel)
+                            if queue is not None:
+                                queue.on_batch_done()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("batch-done subscription failed; resubscribing")
+                    await asyncio.sleep(0.5)
+        finally:
+            await client.aclose()
 
     async def _reclaim_loop(self) -> None:
         while True:

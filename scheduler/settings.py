@@ -20,6 +20,7 @@ class SchedulerSettings(Settings, kw_only=True):
     # An entry delivered more often than this is answered with an error instead of retried.
     max_deliveries: int = 3
     # Batches queued per live execution instance before new batches are held back to grow.
-    queued_batches_per_instance: int = 1
-    # While held back, how often the batch stream's backlog is re-read.
-    backlog_poll_us: int = 500
+    queued_batches_per_instance: int = 0
+    # While held back, how often the batch stream's backlog is re-read if no worker has announced
+    # a finished batch (workers publish one message per batch; this is the fallback).
+    backlog_poll_us: int = 20_000

@@ -83,6 +83,7 @@ class VersionQueue:
         self._arrived = asyncio.Event()
         self._backlog = 0
         self._backlog_poll_s = backlog_poll_us / 1e6
+        self._synced_us = 0.0
         self._per_instance = queued_per_instance
         self.instances = 1
         self.batches = 0
@@ -163,9 +164,13 @@ class VersionQueue:
                 await self._dispatch(decision.take)
                 return
             held = True
-            self._backlog = int(await self._redis.xlen(self.batch_stream))
-            if self._backlog < self._limit:
-                return  # capacity freed: decide again at once, the batch may have grown
+            # Workers announce each finished batch (on_batch_done); the backlog is re-read only
+            # as a fallback, in case an announcement was missed.
+            if now_us - self._synced_us >= self._backlog_poll_s * 1e6:
+                self._backlog = int(await self._redis.xlen(self.batch_stream))
+                self._synced_us = now_us
+                if self._backlog < self._limit:
+                    return  # capacity freed: decide again at once, the batch may have grown
         timeout: float | None = None
         if held:
             timeout = self._backlog_poll_s
@@ -180,6 +185,12 @@ class VersionQueue:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._arrived.wait(), timeout)
+
+    def on_batch_done(self) -> None:
+        """A worker finished a batch of this version: one more may be sent."""
+        self._backlog = max(0, self._backlog - 1)
+        self._synced_us = time.monotonic() * 1e6
+        self._arrived.set()
 
     def _next_expiry_s(self) -> float | None:
         """Seconds until the earliest deadline or queue timeout among pending requests."""

@@ -56,6 +56,14 @@ def batch_stream(model: str, version: int) -> str:
     return f"{_model(model)}:batch:{version}"
 
 
+def batch_done_channel(model: str, version: int) -> str:
+    """Pub/sub channel on which workers announce each finished batch of a (model, version)."""
+    return f"{_model(model)}:done:{version}"
+
+
+BATCH_DONE_PATTERN = f"{PREFIX}:m:*:done:*"
+
+
 def reply_stream(owner: str) -> str:
     """STREAM of replies for one gateway process (no consumer group; one reader)."""
     return f"{PREFIX}:reply:{owner}"

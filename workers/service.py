@@ -270,6 +270,7 @@ class WorkerService:
             queue_replies(pipe, replies)
             pipe.xack(entry.stream, keys.WORKER_GROUP, entry.entry_id)
             pipe.xdel(entry.stream, entry.entry_id)
+            pipe.publish(keys.batch_done_channel(loaded.name, loaded.version), b"")
             if stats:
                 add_stats(pipe, keys.stats(loaded.name, loaded.version), stats, int(now_ms))
             await pipe.execute()
