@@ -19,7 +19,8 @@ class SchedulerSettings(Settings, kw_only=True):
     reclaim_interval_ms: int = 1_000
     # An entry delivered more often than this is answered with an error instead of retried.
     max_deliveries: int = 3
-    # Batches queued per live execution instance before new batches are held back to grow.
+    # Batches queued per live instance beside the one it executes. 0 is Triton's behaviour: the
+    # next batch keeps growing until an instance is free (workers announce each finished batch).
     queued_batches_per_instance: int = 0
     # While held back, how often the batch stream's backlog is re-read if no worker has announced
     # a finished batch (workers publish one message per batch; this is the fallback).
