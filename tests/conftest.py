@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 import redis.asyncio as aioredis
 
 from shared.redis_server import PrivateRedis
+from tests.mesh import flush_database
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,9 +26,7 @@ def redis_server() -> Iterator[PrivateRedis]:
 @pytest.fixture
 def redis_url(redis_server: PrivateRedis) -> str:
     """A flushed database on the session's redis-server."""
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
-    client.close()
+    flush_database(redis_server.url)
     return redis_server.url
 
 

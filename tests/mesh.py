@@ -12,8 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import redis
 
 from shared.redis_server import free_port
+
+
+def flush_database(url: str) -> None:
+    """Start a test module from an empty Redis (the server is shared by the whole session)."""
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushall()
+    finally:
+        client.close()
 
 
 @dataclass

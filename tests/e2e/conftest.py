@@ -6,19 +6,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from shared.redis_server import PrivateRedis
-from tests.mesh import Mesh
+from tests.mesh import Mesh, flush_database
 
 
 @pytest.fixture(scope="module")
 def mesh(
     redis_server: PrivateRedis, model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Mesh]:
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
-    client.close()
+    flush_database(redis_server.url)
     mesh = Mesh(redis_server.url, model_repository, log_dir=tmp_path_factory.mktemp("logs"))
     try:
         mesh.start_all()

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import redis
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aiohttpclient
 from tritonclient.utils import InferenceServerException
 
 from shared.redis_server import PrivateRedis
 from tests.conftest import ROOT
-from tests.mesh import Mesh
+from tests.mesh import Mesh, flush_database
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.e2e
@@ -39,9 +38,7 @@ def backend_mesh(
             check=True,
             capture_output=True,
         )
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
-    client.close()
+    flush_database(redis_server.url)
     mesh = Mesh(redis_server.url, repo, log_dir=tmp_path_factory.mktemp("logs"))
     try:
         mesh.start_scheduler()
@@ -180,7 +177,11 @@ async def test_two_instances_execute_two_batches_at_once(backend_mesh: Mesh) -> 
             first = await call(1)  # alone: cannot meet anyone, so answers with -pid
             assert first.as_numpy("PID")[0][0] < 0
             _clear(meeting)
-            results = await asyncio.gather(call(2), call(3))
+            # Sent apart, so the dynamic batcher cannot put both into one execution: the first
+            # waits inside execute on one instance while the second runs on the other.
+            first_call = asyncio.ensure_future(call(2))
+            await asyncio.sleep(0.3)
+            results = [await call(3), await first_call]
         finally:
             await client.close()
     pids = [int(r.as_numpy("PID")[0][0]) for r in results]

@@ -18,7 +18,7 @@ import redis
 
 from shared import keys
 from shared.redis_server import PrivateRedis
-from tests.mesh import Mesh
+from tests.mesh import Mesh, flush_database
 from tests.policy_mesh import (
     ADMIN_TOKEN,
     Admin,
@@ -39,9 +39,7 @@ PROPAGATION_S = 1.05
 def policy_mesh(
     redis_server: PrivateRedis, model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Mesh]:
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
-    client.close()
+    flush_database(redis_server.url)
     repo = make_policy_repository(model_repository, tmp_path_factory.mktemp("policy_repo"))
     mesh = Mesh(redis_server.url, repo, log_dir=tmp_path_factory.mktemp("policy_logs"))
     try:

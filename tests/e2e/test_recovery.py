@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from shared import keys
 from shared.redis_server import PrivateRedis
-from tests.mesh import Mesh
+from tests.mesh import Mesh, flush_database
 
 pytestmark = pytest.mark.e2e
 
@@ -64,9 +64,7 @@ def recovery_mesh(
     repo = tmp_path_factory.mktemp("recovery_repo")
     shutil.copytree(model_repository / "simple", repo / "simple")
     write_slow_model(repo)
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
-    client.close()
+    flush_database(redis_server.url)
     mesh = Mesh(redis_server.url, repo, log_dir=tmp_path_factory.mktemp("logs"))
     try:
         mesh.start_scheduler()

@@ -24,13 +24,12 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 import yaml
 
 from shared import metrics
 from shared.prometheus_local import RULES_DIR, LocalPrometheus, binary
 from shared.redis_server import PrivateRedis, free_port
-from tests.mesh import Mesh
+from tests.mesh import Mesh, flush_database
 
 pytestmark = [
     pytest.mark.e2e,
@@ -150,9 +149,7 @@ def _drive_load(live: Live) -> None:
 def live(
     redis_server: PrivateRedis, model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Live]:
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
-    client.close()
+    flush_database(redis_server.url)
     repo = _two_version_repository(model_repository, tmp_path_factory.mktemp("repo"))
     mesh = Mesh(redis_server.url, repo, log_dir=tmp_path_factory.mktemp("logs"))
     ports = {"scheduler": free_port(), "worker": free_port()}

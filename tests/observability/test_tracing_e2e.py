@@ -14,10 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
 from shared.redis_server import PrivateRedis
-from tests.mesh import Mesh
+from tests.mesh import Mesh, flush_database
 
 pytest.importorskip("opentelemetry.sdk.trace")
 pytestmark = pytest.mark.e2e
@@ -35,9 +34,7 @@ BODY = {
 def traced_mesh(
     redis_server: PrivateRedis, model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Mesh]:
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
-    client.close()
+    flush_database(redis_server.url)
     repo = tmp_path_factory.mktemp("repo")
     (repo / "simple").symlink_to(model_repository / "simple", target_is_directory=True)
     mesh = Mesh(redis_server.url, repo, log_dir=tmp_path_factory.mktemp("logs"))
