@@ -152,6 +152,8 @@ def test_scaled_objects_watch_the_streams_the_services_read(
                 assert meta["stream"] == keys.request_stream(
                     match["model"], int(match["version"]), int(match["priority"])
                 )
+                # Triton's priority levels start at 1; a p0 stream is never written.
+                assert int(match["priority"]) >= 1, meta["stream"]
                 assert meta["consumerGroup"] == keys.SCHEDULER_GROUP
 
 
