@@ -14,6 +14,7 @@ import os
 import uuid
 
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from scheduler.settings import SchedulerSettings
 from scheduler.version_queue import VersionQueue
@@ -151,14 +152,35 @@ class SchedulerService:
                     )
                 except asyncio.CancelledError:
                     raise
+                except ResponseError as exc:
+                    if "NOGROUP" not in str(exc):
+                        log.exception("request stream read failed; retrying")
+                        await asyncio.sleep(0.2)
+                        continue
+                    log.warning("request stream groups missing (redis restarted?); recreating")
+                    try:
+                        await streams.ensure_groups(
+                            self.redis, [s.decode() for s in self._streams], keys.SCHEDULER_GROUP
+                        )
+                    except Exception as error:  # Redis still coming back: the next read retries
+                        log.warning("could not recreate groups yet", extra={"error": str(error)})
+                        await asyncio.sleep(0.2)
+                    continue
                 except Exception:
                     log.exception("request stream read failed; retrying")
                     await asyncio.sleep(0.2)
                     continue
                 for entry in streams.parse_read(reply):
-                    self._accept(entry)
+                    self._accept_safely(entry)
         finally:
             await client.aclose()
+
+    def _accept_safely(self, entry: streams.Entry) -> None:
+        """One malformed entry must not stop the read loop; it stays pending and is logged."""
+        try:
+            self._accept(entry)
+        except Exception:
+            log.exception("request entry rejected", extra={"stream": entry.stream.decode()})
 
     def _accept(self, entry: streams.Entry) -> None:
         key = self._streams.get(entry.stream)
@@ -230,7 +252,7 @@ class SchedulerService:
                         self.redis, stream.decode(), keys.SCHEDULER_GROUP, self.id, live
                     ):
                         metrics.child(metrics.RECLAIMED, "scheduler", *self._streams[stream]).inc()
-                        self._accept(entry)
+                        self._accept_safely(entry)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -57,6 +57,24 @@ async def publish_model(r: aioredis.Redis, config: ModelConfig) -> None:
         await pipe.execute()
 
 
+async def ensure_published(r: aioredis.Redis, configs: list[ModelConfig]) -> bool:
+    """Publish any of these configurations Redis has lost (a restart without persistence).
+
+    Returns True when something had to be restored; the revision is bumped only then, so the
+    gateways' and schedulers' caches reload only after a real loss.
+    """
+    if not configs:
+        return False
+    async with r.pipeline(transaction=False) as pipe:
+        for config in configs:
+            pipe.hsetnx(keys.models(), config.name, _json.encode(config.to_json()))
+        added = await pipe.execute()
+    if any(added):
+        await r.incr(keys.models_rev())
+        return True
+    return False
+
+
 async def mark_ready(
     r: aioredis.Redis,
     worker_id: str,

@@ -9,6 +9,7 @@ worker of the same version takes it over once the dead one's heartbeat has expir
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -16,6 +17,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from shared import (
     envelope,
@@ -161,12 +163,25 @@ class WorkerService:
         counts = {key: len(v.instances) for key, v in self.loaded.items()}
         await registry.mark_ready(self.redis, self.id, counts, self._ttl)
 
+    async def _restore_after_redis_loss(self) -> None:
+        """A Redis that restarted empty forgot the configs and the consumer groups: put back
+        what this worker serves, so the mesh recovers without restarting anything."""
+        configs = {v.model.config.name: v.model.config for v in self.loaded.values()}
+        if await registry.ensure_published(self.redis, list(configs.values())):
+            log.warning(
+                "redis had lost the model registry; restored", extra={"models": list(configs)}
+            )
+            await streams.ensure_groups(
+                self.redis, [keys.batch_stream(*key) for key in self.loaded], keys.WORKER_GROUP
+            )
+
     async def _heartbeat_loop(self) -> None:
         while not self._stopping.is_set():
             await asyncio.sleep(self.settings.heartbeat_interval_ms / 1000)
             try:
                 await registry.heartbeat(self.redis, "worker", self.id, self._info(), self._ttl)
                 await self._mark_ready()
+                await self._restore_after_redis_loss()
             except Exception:
                 metrics.record_heartbeat("worker", False)
                 log.exception("worker heartbeat failed")
@@ -202,7 +217,9 @@ class WorkerService:
         try:
             while not self._stopping.is_set():
                 if not reclaimed.empty():
-                    await self._process(loaded, instance, reclaimed.get_nowait())
+                    await self._process_or_retry(
+                        loaded, instance, reclaimed.get_nowait(), reclaimed
+                    )
                     continue
                 try:
                     reply = await client.xreadgroup(
@@ -210,14 +227,51 @@ class WorkerService:
                     )
                 except asyncio.CancelledError:
                     raise
+                except ResponseError as exc:
+                    await self._recover_group(stream, exc)
+                    continue
                 except Exception:
                     log.exception("batch stream read failed; retrying")
                     await asyncio.sleep(0.2)
                     continue
                 for entry in streams.parse_read(reply):
-                    await self._process(loaded, instance, entry)
+                    await self._process_or_retry(loaded, instance, entry, reclaimed)
         finally:
             await client.aclose()
+
+    async def _process_or_retry(
+        self,
+        loaded: LoadedVersion,
+        instance: ModelInstance,
+        entry: streams.Entry,
+        retry: asyncio.Queue[streams.Entry],
+    ) -> None:
+        """A batch whose processing failed (Redis gone mid-batch, say) stays pending in Redis;
+        it is tried again here, counted as a delivery, so a poisonous one is answered with an
+        error after max_deliveries instead of being retried forever."""
+        try:
+            await self._process(loaded, instance, entry)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("batch processing failed; trying it again", extra={"model": loaded.name})
+            await asyncio.sleep(0.2)
+            retry.put_nowait(dataclasses.replace(entry, deliveries=entry.deliveries + 1))
+
+    async def _recover_group(self, stream: str, exc: ResponseError) -> None:
+        """NOGROUP: Redis restarted empty; recreate the group. Never let the loop die of it."""
+        if "NOGROUP" not in str(exc):
+            log.error("batch stream read failed; retrying", extra={"error": str(exc)})
+            await asyncio.sleep(0.2)
+            return
+        log.warning(
+            "batch stream group missing (redis restarted?); recreating", extra={"stream": stream}
+        )
+        try:
+            await streams.ensure_group(self.redis, stream, keys.WORKER_GROUP)
+        except Exception as error:  # Redis still coming back: the next read retries
+            log.warning("could not recreate the group yet", extra={"error": str(error)})
+            await asyncio.sleep(0.2)
 
     async def _process(
         self, loaded: LoadedVersion, instance: ModelInstance, entry: streams.Entry

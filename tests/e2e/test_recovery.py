@@ -175,3 +175,44 @@ async def test_two_schedulers_one_killed_each_request_executed_once(recovery_mes
     np.testing.assert_allclose(np.concatenate(results), expected, rtol=1e-4, atol=1e-4)
     # 60 requests of 4 rows: 240 inferences, none executed twice.
     assert int(after["inference_count"]) - int(before["inference_count"]) == 240
+
+
+def test_the_mesh_recovers_when_redis_restarts_empty(
+    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A Redis without persistence that restarts loses streams, groups, scripts and the
+    registry; the services put back what they own and serve again without a restart."""
+    server = PrivateRedis().start()
+    mesh = Mesh(server.url, model_repository, log_dir=tmp_path_factory.mktemp("restart_logs"))
+    client = httpclient.InferenceServerClient(mesh.url)
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(a)
+    try:
+        mesh.start_all()
+        mesh.wait_ready(["simple"])
+        np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), 2 * a)
+        server.stop()
+        restarted = PrivateRedis(port=server.port).start()
+        try:
+            deadline = time.monotonic() + 30
+            while True:  # answers come back once the heartbeats have restored the registry
+                try:
+                    result = client.infer("simple", inputs)
+                    break
+                except InferenceServerException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.3)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * a)
+            for _ in range(20):  # and keep coming, through every service
+                np.testing.assert_array_equal(
+                    client.infer("simple", inputs).as_numpy("OUTPUT1"), np.zeros((1, 16))
+                )
+        finally:
+            mesh.stop()
+            restarted.stop()
+    finally:
+        mesh.stop()
+        server.stop()
