@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 from litestar import Litestar, Request, Response, get, post
 
-from gateway import rest_infer, stats
+from gateway import grpc_service, rest_infer, stats
 from gateway.admin import AdminStore, admin_router, openapi_config
 from gateway.dataplane import DataPlane
 from gateway.errors import EXCEPTION_HANDLERS
@@ -118,27 +118,7 @@ async def health_ready(request: Request) -> Response:
 
 @get(["/v2/models/{model:str}", "/v2/models/{model:str}/versions/{version:str}"])
 async def model_metadata(request: Request, model: str, version: str | None = None) -> Response:
-    state = _state(request)
-    config = state.table.config(model)
-    known = sorted(state.table.versions.get(model, {}))
-    if version is not None:
-        state.table.resolve_version(model, version)
-    batch = [-1] if config.max_batch_size > 0 else []
-    return _json_response(
-        {
-            "name": model,
-            "versions": [str(v) for v in known],
-            "platform": config.platform or config.backend,
-            "inputs": [
-                {"name": t.name, "datatype": t.datatype, "shape": batch + t.dims}
-                for t in config.inputs
-            ],
-            "outputs": [
-                {"name": t.name, "datatype": t.datatype, "shape": batch + t.dims}
-                for t in config.outputs
-            ],
-        }
-    )
+    return _json_response(_state(request).table.metadata(model, version))
 
 
 @get(["/v2/models/{model:str}/ready", "/v2/models/{model:str}/versions/{version:str}/ready"])
@@ -210,10 +190,22 @@ def create_app(settings: GatewaySettings) -> Litestar:
             await asyncio.wait_for(state.policy.loaded.wait(), timeout=10)
         except TimeoutError:
             log.warning("model table not loaded yet; serving anyway")
+        grpc_server = None
+        if settings.grpc_port:
+            grpc_server = await grpc_service.start(
+                state,
+                settings.host,
+                settings.grpc_port,
+                server_name=SERVER_NAME,
+                version=SERVER_VERSION,
+                extensions=EXTENSIONS,
+            )
         log.info("gateway process ready", extra={"gateway": state.id, "port": settings.http_port})
         try:
             yield
         finally:
+            if grpc_server is not None:
+                await grpc_server.stop(grace=5)
             await state.policy.stop()
             for task in tasks:
                 task.cancel()

@@ -1,9 +1,11 @@
-"""The one map from protocol-neutral error codes to HTTP statuses (Triton's HttpCodeFromError)."""
+"""The maps from protocol-neutral error codes to HTTP statuses (Triton's HttpCodeFromError)
+and to gRPC status codes: one place for each protocol."""
 
 from __future__ import annotations
 
 import logging
 
+import grpc
 import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
@@ -27,6 +29,22 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAUTHENTICATED: 401,
     ErrorCode.PERMISSION_DENIED: 403,
     ErrorCode.RESOURCE_EXHAUSTED: 429,
+}
+
+# The same codes for gRPC clients (Triton's status mapping for its gRPC endpoint).
+GRPC_STATUS: dict[ErrorCode, grpc.StatusCode] = {
+    ErrorCode.UNKNOWN: grpc.StatusCode.UNKNOWN,
+    ErrorCode.INVALID_ARG: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    ErrorCode.CANCELLED: grpc.StatusCode.CANCELLED,
+    ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
+    ErrorCode.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
+    ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    ErrorCode.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorCode.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 _json = msgspec.json.Encoder()

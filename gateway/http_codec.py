@@ -130,7 +130,7 @@ def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest
                 )
             data = bytes(binary[offset : offset + size])
             offset += size
-            _check_binary(item.name, item.datatype, item.shape, data)
+            check_binary(item.name, item.datatype, item.shape, data)
         elif item.data is msgspec.UNSET:
             raise invalid(f"input '{item.name}' has neither 'data' nor 'binary_data_size'")
         else:
@@ -152,7 +152,7 @@ def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest
     return ParsedRequest(request.id, inputs, outputs, params, binary_default)
 
 
-def _check_binary(name: str, datatype: str, shape: list[int], data: bytes) -> None:
+def check_binary(name: str, datatype: str, shape: list[int], data: bytes) -> None:
     expected = tensors.expected_byte_size(datatype, shape)
     if expected is not None:
         if len(data) != expected:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import redis.asyncio as aioredis
 
 from shared import periodic, registry
 from shared.errors import not_found
-from shared.model_config import ModelConfig
+from shared.model_config import ModelConfig, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,26 @@ class ModelTable:
         if known:
             return max(known)
         raise not_found(f"Request for unknown model: '{model}' has no loaded version")
+
+    def metadata(self, model: str, version: str | None) -> dict[str, Any]:
+        """KServe v2 model metadata (REST and gRPC alike); -1 marks the batch dimension."""
+        config = self.config(model)
+        if version is not None:
+            self.resolve_version(model, version)
+        batch = [-1] if config.max_batch_size > 0 else []
+
+        def tensors(specs: list[TensorSpec]) -> list[dict[str, Any]]:
+            return [
+                {"name": t.name, "datatype": t.datatype, "shape": batch + t.dims} for t in specs
+            ]
+
+        return {
+            "name": model,
+            "versions": [str(v) for v in sorted(self.versions.get(model, {}))],
+            "platform": config.platform or config.backend,
+            "inputs": tensors(config.inputs),
+            "outputs": tensors(config.outputs),
+        }
 
     def is_ready(self, model: str, version: str | None) -> bool:
         if model not in self.configs:

@@ -22,6 +22,8 @@ class GatewaySettings(Settings, kw_only=True):
     # How often the model table (configs, ready versions) is re-read from Redis.
     refresh_interval_ms: int = 250
     redis_pool_size: int = 64
+    # KServe v2 gRPC port shared by the gateway processes; 0 serves no gRPC.
+    grpc_port: int = 0
     # Answer POST .../infer straight from ASGI rather than through Litestar's routing.
     infer_fast_path: bool = True
     # Admin API (/v2/admin/...) bearer token; empty: the admin API is off.

@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     up_parser = sub.add_parser("up", help="start Redis, gateway, scheduler and workers")
     up_parser.add_argument("--model-repository", required=True, type=Path)
     up_parser.add_argument("--http-port", type=int, default=8000)
+    up_parser.add_argument(
+        "--grpc-port", type=int, default=8001, help="KServe v2 gRPC port (0: no gRPC)"
+    )
     up_parser.add_argument("--host", default="127.0.0.1", help="address the gateway binds")
     up_parser.add_argument("--gateways", type=int, default=2, help="gateway processes")
     up_parser.add_argument("--schedulers", type=int, default=1)
@@ -174,6 +177,7 @@ def up(args: argparse.Namespace) -> int:
                     "CONCH_GATEWAY_HOST": args.host,
                     "CONCH_GATEWAY_HTTP_PORT": str(args.http_port),
                     "CONCH_GATEWAY_PROCESSES": str(args.gateways),
+                    "CONCH_GATEWAY_GRPC_PORT": str(args.grpc_port),
                     "CONCH_GATEWAY_ADMIN_TOKEN": admin_token,
                     "CONCH_GATEWAY_ALLOW_ANONYMOUS": str(args.allow_anonymous).lower(),
                 },
@@ -189,6 +193,10 @@ def up(args: argparse.Namespace) -> int:
             url = _start_edge(supervisor, redis_url, args, common)
         if ready:
             print(f"Conch is ready at {url}  (models: {', '.join(models)})", flush=True)
+            if args.grpc_port:
+                print(
+                    f"gRPC (KServe v2) at {_display_host(args.host)}:{args.grpc_port}", flush=True
+                )
             print(f"Redis: {redis_url}  |  Ctrl-C stops everything", flush=True)
             if not args.admin_token:
                 print(f"Admin token (generated): {admin_token}", flush=True)

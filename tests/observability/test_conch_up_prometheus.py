@@ -50,6 +50,8 @@ def test_conch_up_with_prometheus_scrapes_every_service(
             "-m",
             "shared.cli",
             "up",
+            "--grpc-port",
+            str(free_port()),
             "--model-repository",
             str(repo),
             "--http-port",

@@ -1,0 +1,88 @@
+"""KServe v2 gRPC messages <-> the data plane's request and reply.
+
+``raw_input_contents`` are taken as they are (the binary path); typed ``contents`` go through the
+same conversion as JSON data, so both protocols check counts and types identically. Outputs
+always travel as ``raw_output_contents``, as Triton sends them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tritonclient.grpc import service_pb2
+
+from gateway.http_codec import ParsedRequest, RequestedOutput, check_binary
+from shared import datatypes, tensors
+from shared.envelope import Tensor
+from shared.errors import invalid
+
+_CONTENTS = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def parameter_value(parameter: Any) -> Any:
+    choice = parameter.WhichOneof("parameter_choice")
+    return getattr(parameter, choice) if choice else None
+
+
+def parse_grpc_request(request: service_pb2.ModelInferRequest) -> ParsedRequest:
+    raw = list(request.raw_input_contents)
+    if raw and len(raw) != len(request.inputs):
+        raise invalid(
+            f"raw_input_contents has {len(raw)} entries but the request has "
+            f"{len(request.inputs)} inputs; expected one per input, in order"
+        )
+    inputs: list[Tensor] = []
+    seen: set[str] = set()
+    for index, item in enumerate(request.inputs):
+        name, datatype, shape = item.name, item.datatype, list(item.shape)
+        if name in seen:
+            raise invalid(f"input '{name}' is given more than once")
+        seen.add(name)
+        if datatype not in datatypes.BY_NAME:
+            raise invalid(
+                f"input '{name}' has unknown datatype '{datatype}'; expected one of "
+                f"{', '.join(datatypes.NAMES)}"
+            )
+        if any(d < 0 for d in shape):
+            raise invalid(f"input '{name}' has invalid shape {shape}; expected sizes >= 0")
+        if raw:
+            data = raw[index]
+            check_binary(name, datatype, shape, data)
+        else:
+            field = _CONTENTS.get(datatype)
+            if field is None:
+                raise invalid(f"input '{name}' of datatype {datatype} must use raw_input_contents")
+            values = list(getattr(item.contents, field))
+            data = tensors.json_to_bytes(values, datatype, shape, name)
+        inputs.append(Tensor(name, datatype, shape, data))
+    parameters = {k: parameter_value(v) for k, v in request.parameters.items()}
+    outputs = [RequestedOutput(o.name, True) for o in request.outputs]
+    return ParsedRequest(request.id, inputs, outputs, parameters, binary_default=True)
+
+
+def encode_grpc_response(
+    model: str, version: int, request_id: str, outputs: list[Tensor]
+) -> service_pb2.ModelInferResponse:
+    response = service_pb2.ModelInferResponse(
+        model_name=model, model_version=str(version), id=request_id
+    )
+    for tensor in outputs:
+        output = response.outputs.add()
+        output.name = tensor.name
+        output.datatype = tensor.datatype
+        output.shape.extend(tensor.shape)
+        response.raw_output_contents.append(tensor.data)
+    return response

@@ -1,0 +1,118 @@
+"""KServe v2 over gRPC (``inference.GRPCInferenceService``), a thin adapter over the same data
+plane as REST. Each gateway process serves it on the shared gRPC port (SO_REUSEPORT)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
+
+from gateway import stats
+from gateway.errors import GRPC_STATUS
+from gateway.grpc_codec import encode_grpc_response, parse_grpc_request
+from gateway.routing import ROUTE_KEY_HEADER, Caller
+from shared.errors import ConchError, ErrorCode
+
+if TYPE_CHECKING:
+    from gateway.app import GatewayState
+
+log = logging.getLogger(__name__)
+
+
+class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, state: GatewayState, server_name: str, version: str, extensions: list[str]):
+        self.state = state
+        self._metadata = service_pb2.ServerMetadataResponse(
+            name=server_name, version=version, extensions=extensions
+        )
+
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        try:
+            await self.state.redis.ping()
+            ready = self.state.table.loaded.is_set()
+        except Exception:
+            ready = False
+        return service_pb2.ServerReadyResponse(ready=ready)
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        ready = self.state.table.is_ready(request.name, request.version or None)
+        return service_pb2.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        return self._metadata
+
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        metadata = await _guard(
+            context, lambda: self.state.table.metadata(request.name, request.version or None)
+        )
+        return json_format.ParseDict(metadata, service_pb2.ModelMetadataResponse())
+
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        def config() -> dict[str, Any]:
+            if request.version:
+                self.state.table.resolve_version(request.name, request.version)
+            return self.state.table.config(request.name).to_json()
+
+        message = json_format.ParseDict(
+            await _guard(context, config), model_config_pb2.ModelConfig()
+        )
+        return service_pb2.ModelConfigResponse(config=message)
+
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        table = self.state.table
+
+        def wanted() -> dict[str, list[int]]:
+            if not request.name:
+                return {name: list(table.versions.get(name, {})) for name in table.configs}
+            if request.version:
+                return {request.name: [table.resolve_version(request.name, request.version)]}
+            table.config(request.name)
+            return {request.name: list(table.versions.get(request.name, {}))}
+
+        found = await stats.collect(self.state.redis, await _guard(context, wanted))
+        return json_format.ParseDict(
+            {"model_stats": found},
+            service_pb2.ModelStatisticsResponse(),
+            ignore_unknown_fields=True,
+        )
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        headers = dict(context.invocation_metadata() or ())
+        try:
+            parsed = parse_grpc_request(request)
+            caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
+            outcome = await self.state.dataplane.infer(
+                request.model_name, request.model_version or None, parsed, caller
+            )
+        except ConchError as exc:
+            await context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
+        return encode_grpc_response(
+            request.model_name, outcome.version, request.id, outcome.reply.outputs
+        )
+
+
+async def _guard(context: Any, build: Any) -> Any:
+    """Run a lookup, answering its ConchError with the matching gRPC status."""
+    try:
+        return build()
+    except ConchError as exc:
+        await context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
+
+
+async def start(state: GatewayState, host: str, port: int, **metadata: Any) -> grpc.aio.Server:
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+        InferenceService(state, **metadata), server
+    )
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if not bound:
+        raise ConchError(ErrorCode.UNAVAILABLE, f"cannot listen for gRPC on {host}:{port}")
+    await server.start()
+    log.info("grpc endpoint listening", extra={"port": bound})
+    return server
