@@ -17,6 +17,21 @@ import redis
 from shared.redis_server import free_port
 
 
+def start_conch_up(repository: Path, *args: str) -> subprocess.Popen[str]:
+    """`conch up` as a user runs it: its own private Redis and a free gRPC port, output piped
+    (stdout and stderr together) for the test to read."""
+    env = {k: v for k, v in os.environ.items() if k != "CONCH_REDIS_URL"}
+    argv = [sys.executable, "-m", "shared.cli", "up", "--grpc-port", str(free_port())]
+    return subprocess.Popen(
+        [*argv, "--model-repository", str(repository), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+
+
 def flush_database(url: str) -> None:
     """Start a test module from an empty Redis (the server is shared by the whole session)."""
     client = redis.Redis.from_url(url)

@@ -8,7 +8,6 @@ import queue
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from shared.redis_server import free_port
+from tests.mesh import start_conch_up
 
 pytestmark = pytest.mark.e2e
 
@@ -52,28 +52,7 @@ class Output:
 
 def test_conch_up_serves_restarts_and_stops(model_repository: Path) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "CONCH_REDIS_URL"}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "shared.cli",
-            "up",
-            "--grpc-port",
-            str(free_port()),
-            "--model-repository",
-            str(model_repository),
-            "--http-port",
-            str(port),
-            "--gateways",
-            "2",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
+    process = start_conch_up(model_repository, "--http-port", str(port), "--gateways", "2")
     output = Output(process)
     seen = output.seen
     try:
@@ -113,28 +92,13 @@ def test_conch_up_serves_restarts_and_stops(model_repository: Path) -> None:
 def test_conch_up_with_envoy_serves_through_the_edge(model_repository: Path) -> None:
     pytest.importorskip("envoy.service.discovery.v3.ads_pb2_grpc")
     http_port, envoy_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if k != "CONCH_REDIS_URL"}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "shared.cli",
-            "up",
-            "--grpc-port",
-            str(free_port()),
-            "--model-repository",
-            str(model_repository),
-            "--http-port",
-            str(http_port),
-            "--with-envoy",
-            "--envoy-port",
-            str(envoy_port),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,
+    process = start_conch_up(
+        model_repository,
+        "--http-port",
+        str(http_port),
+        "--with-envoy",
+        "--envoy-port",
+        str(envoy_port),
     )
     output = Output(process)
     try:

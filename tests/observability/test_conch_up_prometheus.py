@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +14,7 @@ import pytest
 
 from shared.prometheus_local import binary
 from shared.redis_server import free_port
+from tests.mesh import start_conch_up
 
 pytestmark = [
     pytest.mark.e2e,
@@ -43,30 +41,15 @@ def test_conch_up_with_prometheus_scrapes_every_service(
     repo = tmp_path / "repo"
     shutil.copytree(model_repository / "simple", repo / "simple")
     port, prom_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if k != "CONCH_REDIS_URL"}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "shared.cli",
-            "up",
-            "--grpc-port",
-            str(free_port()),
-            "--model-repository",
-            str(repo),
-            "--http-port",
-            str(port),
-            "--gateways",
-            "1",
-            "--with-prometheus",
-            "--prometheus-port",
-            str(prom_port),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,
+    process = start_conch_up(
+        repo,
+        "--http-port",
+        str(port),
+        "--gateways",
+        "1",
+        "--with-prometheus",
+        "--prometheus-port",
+        str(prom_port),
     )
     seen: list[str] = []
     assert process.stdout is not None
