@@ -5,6 +5,9 @@ from __future__ import annotations
 import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError
 
 
@@ -34,6 +37,10 @@ _TIMEOUTS = {
     "socket_connect_timeout": 5,
     "socket_keepalive": True,
     "connection_class": HiredisPackedConnection,
+    # A pooled connection that died with its server (a Redis restart) is replaced and the
+    # command sent again, instead of failing the request that happened to draw it.
+    "retry": Retry(ExponentialBackoff(cap=0.2, base=0.01), 2),
+    "retry_on_error": [RedisConnectionError],
 }
 
 
