@@ -7,23 +7,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import psutil
 
+from shared import http_wait
+
 
 def _wait_http(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit(f"{url} did not answer 200 within {timeout_s:.0f} s")
+    if not http_wait.wait_ok(url, timeout_s):
+        raise SystemExit(f"{url} did not answer 200 within {timeout_s:.0f} s")
 
 
 def start_mesh(repo: Path, port: int) -> subprocess.Popen[bytes]:

@@ -28,7 +28,6 @@ from gateway.repository_api import RepositoryControl, repository_router
 from gateway.routing import TrafficPolicy
 from gateway.settings import GatewaySettings
 from shared import logs, metrics, redis_conn, registry, tracing
-from shared.errors import ConchError, ErrorCode
 
 log = logging.getLogger(__name__)
 _json = msgspec.json.Encoder()
@@ -244,4 +243,4 @@ def app_from_env() -> Litestar | FastInferApp:
     return FastInferApp(app) if settings.infer_fast_path else app
 
 
-__all__ = ["ConchError", "ErrorCode", "app_from_env", "create_app"]
+__all__ = ["app_from_env", "create_app"]

@@ -78,13 +78,22 @@ def http_error_handler(_: Request, exc: HTTPException) -> Response:
     )
 
 
-def redis_error_handler(request: Request, exc: Exception) -> Response:
-    log.error("redis unreachable", extra={"path": request.url.path, "error": str(exc)})
-    return error_response(
+REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError)
+
+
+def redis_unavailable(exc: Exception, where: str) -> tuple[int, bytes, str, dict[str, str]]:
+    """A Redis outage answers 503 with Retry-After, whichever path met it."""
+    log.error("redis unreachable", extra={"where": where, "error": str(exc)})
+    return error_parts(
         ErrorCode.UNAVAILABLE,
         f"the mesh's Redis is unreachable ({type(exc).__name__}); retry shortly",
         retry_after_s=1,
     )
+
+
+def redis_error_handler(request: Request, exc: Exception) -> Response:
+    status, body, media_type, headers = redis_unavailable(exc, request.url.path)
+    return Response(content=body, status_code=status, media_type=media_type, headers=headers)
 
 
 def unexpected_error_handler(request: Request, exc: Exception) -> Response:

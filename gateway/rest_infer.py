@@ -4,23 +4,18 @@ drift apart."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from gateway.errors import error_parts
+from gateway.errors import REDIS_ERRORS, error_parts, redis_unavailable
 from gateway.http_codec import HEADER_LENGTH, decompress, encode_infer_response, parse_infer_request
 from gateway.routing import ROUTE_KEY_HEADER, Caller
-from shared.errors import ConchError, ErrorCode
+from shared.errors import ConchError
 
 if TYPE_CHECKING:
     from gateway.dataplane import DataPlane
 
-log = logging.getLogger(__name__)
 
 JSON = "application/json"
 BINARY = "application/octet-stream"
@@ -54,15 +49,8 @@ async def infer(
         outcome = await dataplane.infer(model, version, parsed, caller, received)
     except ConchError as exc:
         return RestResponse(*error_parts(exc.code, exc.message, exc.retry_after_s))
-    except (RedisConnectionError, RedisTimeoutError) as exc:
-        log.error("redis unreachable", extra={"model": model, "error": str(exc)})
-        return RestResponse(
-            *error_parts(
-                ErrorCode.UNAVAILABLE,
-                f"the mesh's Redis is unreachable ({type(exc).__name__}); retry shortly",
-                1,
-            )
-        )
+    except REDIS_ERRORS as exc:
+        return RestResponse(*redis_unavailable(exc, f"infer {model}"))
     binary = {o.name: o.binary for o in outcome.request.outputs}
     if not outcome.request.outputs and parsed.binary_default:
         binary = {t.name: True for t in outcome.reply.outputs}

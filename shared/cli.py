@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from shared import logs, repository
+from shared import http_wait, logs, repository
 from shared.errors import ConchError
 from shared.redis_server import PrivateRedis, free_port
 from shared.supervisor import ServiceSpec, Supervisor
@@ -253,19 +253,8 @@ def _start_edge(
 
 
 def _wait_for(url: str, timeout_s: float, supervisor: Supervisor) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        supervisor.check()
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    log.error("not ready in time", extra={"url": url})
+    if not http_wait.wait_ok(url, timeout_s, supervisor.check):
+        log.error("not ready in time", extra={"url": url})
 
 
 def _display_host(host: str) -> str:

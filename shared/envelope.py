@@ -91,7 +91,6 @@ encode = _encoder.encode
 
 decode_header = msgspec.msgpack.Decoder(RequestHeader).decode
 decode_request = msgspec.msgpack.Decoder(InferRequest).decode
-decode_reply = msgspec.msgpack.Decoder(Reply).decode
 # A reply stream entry holds every reply one batch produced for that stream.
 decode_replies = msgspec.msgpack.Decoder(list[Reply]).decode
 decode_batch = msgspec.msgpack.Decoder(Batch).decode
