@@ -121,7 +121,7 @@ def up(args: argparse.Namespace) -> int:
     if not redis_url:
         private = PrivateRedis().start()
         redis_url = private.url
-        log.info("private redis started", extra={"url": redis_url})
+        log.info("private redis started", extra={"url": redis_url, "tcp_url": private.tcp_url})
     common = {
         "CONCH_REDIS_URL": redis_url,
         "CONCH_LOG_FORMAT": args.log_format,
@@ -197,7 +197,8 @@ def up(args: argparse.Namespace) -> int:
                 print(
                     f"gRPC (KServe v2) at {_display_host(args.host)}:{args.grpc_port}", flush=True
                 )
-            print(f"Redis: {redis_url}  |  Ctrl-C stops everything", flush=True)
+            shown = f"{redis_url} (also {private.tcp_url})" if private else redis_url
+            print(f"Redis: {shown}  |  Ctrl-C stops everything", flush=True)
             if not args.admin_token:
                 print(f"Admin token (generated): {admin_token}", flush=True)
             print(

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import hiredis
 import redis.asyncio as aioredis
-from redis.asyncio.connection import Connection
+from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError
 
 
-class HiredisPackedConnection(Connection):
+class _HiredisPacking:
     """Commands are packed into RESP by hiredis in C rather than by redis-py in Python.
 
     Packing is a large share of a service's per-command cost (stream entries, pipelines of
@@ -29,19 +29,32 @@ class HiredisPackedConnection(Connection):
             raise DataError(str(exc)) from exc
 
 
+class HiredisPackedConnection(_HiredisPacking, Connection):
+    """TCP."""
+
+
+class HiredisPackedUnixConnection(_HiredisPacking, UnixDomainSocketConnection):
+    """A Unix socket (``unix://`` URLs: the private Redis of ``conch up``)."""
+
+
 # No per-command socket timeout: on Python 3.11, redis-py's asyncio.wait_for around each
 # command can swallow a task's cancellation (CPython gh-86296), and a service that cannot be
 # cancelled cannot stop cleanly. Dead connections are found by health checks and TCP keepalive.
-_TIMEOUTS = {
-    "socket_timeout": None,
-    "socket_connect_timeout": 5,
-    "socket_keepalive": True,
-    "connection_class": HiredisPackedConnection,
-    # A pooled connection that died with its server (a Redis restart) is replaced and the
-    # command sent again, instead of failing the request that happened to draw it.
-    "retry": Retry(ExponentialBackoff(cap=0.2, base=0.01), 2),
-    "retry_on_error": [RedisConnectionError],
-}
+def _options(url: str) -> dict[str, object]:
+    options: dict[str, object] = {
+        "socket_timeout": None,
+        "socket_connect_timeout": 5,
+        # A pooled connection that died with its server (a Redis restart) is replaced and the
+        # command sent again, instead of failing the request that happened to draw it.
+        "retry": Retry(ExponentialBackoff(cap=0.2, base=0.01), 2),
+        "retry_on_error": [RedisConnectionError],
+    }
+    if url.startswith("unix://"):
+        options["connection_class"] = HiredisPackedUnixConnection
+    else:
+        options["connection_class"] = HiredisPackedConnection
+        options["socket_keepalive"] = True
+    return options
 
 
 def connect(url: str, *, max_connections: int = 64, name: str = "conch") -> aioredis.Redis:
@@ -53,7 +66,7 @@ def connect(url: str, *, max_connections: int = 64, name: str = "conch") -> aior
         decode_responses=False,
         health_check_interval=30,
         client_name=name,
-        **_TIMEOUTS,
+        **_options(url),
     )
     return aioredis.Redis(connection_pool=pool)
 
@@ -61,5 +74,9 @@ def connect(url: str, *, max_connections: int = 64, name: str = "conch") -> aior
 def dedicated(url: str, *, name: str = "conch-blocking") -> aioredis.Redis:
     """A single-connection client for a blocking read loop, so it never starves the pool."""
     return aioredis.Redis.from_url(
-        url, decode_responses=False, single_connection_client=True, client_name=name, **_TIMEOUTS
+        url,
+        decode_responses=False,
+        single_connection_client=True,
+        client_name=name,
+        **_options(url),
     )

@@ -194,7 +194,7 @@ def test_the_mesh_recovers_when_redis_restarts_empty(
         mesh.wait_ready(["simple"])
         np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), 2 * a)
         server.stop()
-        restarted = PrivateRedis(port=server.port).start()
+        restarted = PrivateRedis(port=server.port, persistent_dir=server.dir).start()
         try:
             deadline = time.monotonic() + 30
             while True:  # answers come back once the heartbeats have restored the registry
