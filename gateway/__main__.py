@@ -50,7 +50,8 @@ def _serve(settings: GatewaySettings) -> None:
         port=settings.http_port,
         workers=max(1, settings.processes),
         loop="uvloop",
-        http="httptools",
+        # Inference below the ASGI layer when the fast path is on (gateway.http_protocol).
+        http="gateway.http_protocol:InferHttpProtocol" if settings.infer_fast_path else "httptools",
         lifespan="on",
         access_log=False,
         proxy_headers=False,

@@ -4,12 +4,14 @@ Inference is nearly all of a gateway's traffic, and a framework's routing, middl
 parameter parsing cost more than the request's own work. This wrapper answers inference
 directly from the ASGI scope and hands everything else (health, metadata, admin, lifespan) to
 the Litestar application, which also serves inference itself when the fast path is off.
+``gateway.http_protocol`` goes one layer lower still and calls ``exchange`` without ASGI.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from litestar import Litestar
@@ -22,6 +24,16 @@ log = logging.getLogger(__name__)
 
 _INFER = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
 
+InferRoute = tuple[str, str | None]
+
+
+def infer_route(scope: dict[str, Any]) -> InferRoute | None:
+    """(model, version) when the request is an inference, else None."""
+    if scope["type"] != "http" or scope["method"] != "POST":
+        return None
+    match = _INFER.match(scope["path"])
+    return None if match is None else (match.group(1), match.group(2))
+
 
 class FastInferApp:
     def __init__(self, app: Litestar):
@@ -32,26 +44,26 @@ class FastInferApp:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.app, name)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        match = _INFER.match(scope["path"])
-        if match is None:
-            await self.app(scope, receive, send)
-            return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+    async def exchange(
+        self, route: InferRoute, raw_headers: Iterable[tuple[bytes, bytes]], body: bytes
+    ) -> rest_infer.RestResponse:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw_headers}
         try:
-            body = await _read_body(receive)
-            state = self.app.state.gateway
-            response = await rest_infer.infer(
-                state.dataplane, match.group(1), match.group(2), headers, body
+            return await rest_infer.infer(
+                self.app.state.gateway.dataplane, route[0], route[1], headers, body
             )
         except Exception as exc:  # never let one request take the process's loop down
             log.exception("unhandled error on the inference fast path")
-            response = rest_infer.RestResponse(
+            return rest_infer.RestResponse(
                 *error_parts(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
             )
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        route = infer_route(scope)
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        response = await self.exchange(route, scope["headers"], await _read_body(receive))
         raw_headers = [
             (b"content-type", response.content_type.encode()),
             (b"content-length", str(len(response.body)).encode()),

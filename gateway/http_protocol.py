@@ -1,0 +1,88 @@
+"""uvicorn's httptools protocol, with ``POST .../infer`` answered below the ASGI layer.
+
+Profiles of a gateway at c=64 showed the ASGI cycle itself as a large share of its CPU: two
+messages per response, each its own socket write (each a system call that wakes the client), and
+the coroutine plumbing of ``receive``/``send``. Inference requests here skip all of it: the body
+is read through uvicorn's own cycle (so 100-continue, flow control, pipelining and keep-alive
+stay uvicorn's), the exchange is the same ``rest_infer.infer`` that the ASGI fast path and the
+Litestar route call, and the whole response goes out in one write. Everything else (health,
+metadata, admin, repository, lifespan) is the Litestar application, unchanged.
+
+The hook is ``HttpToolsProtocol._start_asgi_task``: the one place where uvicorn starts a
+request, for the first request of a connection and for pipelined ones alike. uvicorn is pinned
+in ``pyproject.toml``; ``tests/e2e`` exercise this path for every inference.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from gateway.fastpath import FastInferApp, infer_route
+from gateway.rest_infer import RestResponse
+
+log = logging.getLogger(__name__)
+
+
+class InferHttpProtocol(HttpToolsProtocol):
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        scope = cycle.scope
+        route = infer_route(scope) if isinstance(self.app, FastInferApp) else None
+        if route is None:
+            super()._start_asgi_task(cycle, app)
+            return
+        task = self.loop.create_task(self._answer_infer(cycle, route))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    async def _answer_infer(self, cycle: Any, route: tuple[str, str | None]) -> None:
+        try:
+            body = b""
+            while True:  # uvicorn's receive: 100-continue, flow control, disconnects
+                message = await cycle.receive()
+                if message["type"] == "http.disconnect":
+                    return
+                body += message.get("body", b"")
+                if not message.get("more_body", False):
+                    break
+            response = await self.app.exchange(route, cycle.scope["headers"], body)
+            await _write_response(cycle, response)
+        except Exception:  # the connection goes, the process's loop stays
+            log.exception("unhandled error while answering an inference request")
+            cycle.transport.close()
+        finally:
+            cycle.on_response = lambda: None
+
+
+async def _write_response(cycle: Any, response: RestResponse) -> None:
+    if cycle.flow.write_paused and not cycle.disconnected:
+        await cycle.flow.drain()
+    if cycle.disconnected:
+        return
+    parts = [STATUS_LINE[response.status]]
+    for name, value in cycle.default_headers:
+        parts += [name, b": ", value, b"\r\n"]
+    parts += [
+        b"content-type: ",
+        response.content_type.encode("latin-1"),
+        b"\r\ncontent-length: ",
+        str(len(response.body)).encode("latin-1"),
+        b"\r\n",
+    ]
+    for name, value in response.headers.items():
+        parts += [name.lower().encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n"]
+    if not cycle.keep_alive:
+        parts.append(b"connection: close\r\n")
+    parts += [b"\r\n", response.body]
+    cycle.transport.write(b"".join(parts))
+    cycle.response_started = True
+    cycle.response_complete = True
+    cycle.message_event.set()
+    if not cycle.keep_alive:
+        cycle.transport.close()
+    cycle.on_response()
+
+
+__all__ = ["InferHttpProtocol"]
