@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import hiredis
 import redis.asyncio as aioredis
-from redis.asyncio.connection import Connection, UnixDomainSocketConnection
+from redis.asyncio.connection import (
+    Connection,
+    SSLConnection,
+    UnixDomainSocketConnection,
+    parse_url,
+)
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -37,10 +42,24 @@ class HiredisPackedUnixConnection(_HiredisPacking, UnixDomainSocketConnection):
     """A Unix socket (``unix://`` URLs: the private Redis of ``conch up``)."""
 
 
+class HiredisPackedSSLConnection(_HiredisPacking, SSLConnection):
+    """TLS (``rediss://`` URLs: managed Redis services)."""
+
+
+_PACKED = {
+    Connection: HiredisPackedConnection,
+    UnixDomainSocketConnection: HiredisPackedUnixConnection,
+    SSLConnection: HiredisPackedSSLConnection,
+}
+
+
 # No per-command socket timeout: on Python 3.11, redis-py's asyncio.wait_for around each
 # command can swallow a task's cancellation (CPython gh-86296), and a service that cannot be
 # cancelled cannot stop cleanly. Dead connections are found by health checks and TCP keepalive.
-def _options(url: str) -> dict[str, object]:
+def _options(url: str, **kwargs: object) -> dict[str, object]:
+    """Connection-pool arguments: ours, then the URL's (which win, as in ``from_url``), with the
+    connection class swapped for its hiredis-packing twin. ``from_url`` itself would replace a
+    given class with a plain one for ``unix://`` and ``rediss://`` URLs."""
     options: dict[str, object] = {
         "socket_timeout": None,
         "socket_connect_timeout": 5,
@@ -48,35 +67,34 @@ def _options(url: str) -> dict[str, object]:
         # command sent again, instead of failing the request that happened to draw it.
         "retry": Retry(ExponentialBackoff(cap=0.2, base=0.01), 2),
         "retry_on_error": [RedisConnectionError],
+        "decode_responses": False,  # tensor bytes are never decoded
+        **kwargs,
     }
-    if url.startswith("unix://"):
-        options["connection_class"] = HiredisPackedUnixConnection
-    else:
-        options["connection_class"] = HiredisPackedConnection
+    options.update(parse_url(url))
+    base = options.get("connection_class", Connection)
+    options["connection_class"] = _PACKED[base]  # type: ignore[index]
+    if base is not UnixDomainSocketConnection:
         options["socket_keepalive"] = True
     return options
 
 
 def connect(url: str, *, max_connections: int = 64, name: str = "conch") -> aioredis.Redis:
-    """Binary-safe client (tensor bytes are never decoded) with a bounded pool."""
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=10,
-        decode_responses=False,
-        health_check_interval=30,
-        client_name=name,
-        **_options(url),
+    """Binary-safe client with a bounded pool."""
+    pool = aioredis.BlockingConnectionPool(
+        **_options(
+            url,
+            max_connections=max_connections,
+            timeout=10,
+            health_check_interval=30,
+            client_name=name,
+        )
     )
     return aioredis.Redis(connection_pool=pool)
 
 
 def dedicated(url: str, *, name: str = "conch-blocking") -> aioredis.Redis:
     """A single-connection client for a blocking read loop, so it never starves the pool."""
-    return aioredis.Redis.from_url(
-        url,
-        decode_responses=False,
-        single_connection_client=True,
-        client_name=name,
-        **_options(url),
-    )
+    pool = aioredis.ConnectionPool(**_options(url, client_name=name))
+    client = aioredis.Redis(connection_pool=pool, single_connection_client=True)
+    client.auto_close_connection_pool = True  # as from_url does: aclose() closes the pool too
+    return client
