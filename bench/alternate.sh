@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Two Conch meshes side by side, measured in alternating wrk windows: how docs/performance.md
+# compares two versions of the code or two settings on a machine whose speed drifts by 10-20 %
+# between minutes. The idle mesh uses no CPU while the other is measured.
+#
+#   bench/alternate.sh ROUNDS DIR_A DIR_B [ENV_A] [ENV_B]
+#     DIR_A/DIR_B: checkouts of Conch (e.g. `git worktree add /tmp/a HEAD~1` and .); both run
+#     with this checkout's .venv and PYTHONPATH pointing at their own tree.
+#     ENV_A/ENV_B: extra environment, e.g. "CONCH_SCHEDULER_QUEUED_BATCHES_PER_INSTANCE=1".
+#   Environment: CELLS ("mlp:64:json mlp:64:binary"), SECS (8), REPO (the harness's repository),
+#   ARGS_A/ARGS_B (extra `conch up` flags), BENCH_ROOT (/tmp/conch-bench).
+# Prints one line per window and the mean req/s per side and cell.
+set -euo pipefail
+rounds=$1 dir_a=$(cd "$2" && pwd) dir_b=$(cd "$3" && pwd) env_a=${4:-} env_b=${5:-}
+here=$(cd "$(dirname "$0")/.." && pwd)
+harness=${HARNESS:-$here/../shared/bench}
+export BENCH_ROOT=${BENCH_ROOT:-/tmp/conch-bench}
+repo=${REPO:-$BENCH_ROOT/repo}
+pids=()
+start() {  # dir port env args
+  (cd "$1" && exec env PYTHONPATH="$1" $3 "$here/.venv/bin/conch" up --model-repository "$repo" \
+    --http-port "$2" --grpc-port $(($2 + 1)) $4 > "/tmp/conch-alternate-$2.log" 2>&1) &
+  pids+=($!)
+}
+trap 'kill -INT "${pids[@]}" 2>/dev/null; wait' EXIT
+start "$dir_a" 18810 "$env_a" "${ARGS_A:-}"
+start "$dir_b" 18820 "$env_b" "${ARGS_B:-}"
+for port in 18810 18820; do
+  for _ in $(seq 120); do curl -sf "localhost:$port/v2/health/ready" > /dev/null && break; sleep 1; done
+done
+results=$(mktemp)
+for _ in $(seq "$rounds"); do
+  for cell in ${CELLS:-mlp:64:json mlp:64:binary}; do
+    IFS=: read -r model conc format <<< "$cell"
+    for side in A B; do
+      port=18810; [ "$side" = B ] && port=18820
+      FORMAT=$format WARMUP=2 CHECK=0 bash "$harness/load.sh" "http://127.0.0.1:$port" \
+        "$model" "$conc" "${SECS:-8}" \
+        | python3 -c "import json,sys; d=json.load(sys.stdin); print('$side', '$cell', d['rps'], d['p50_ms'], d['p99_ms'], d['errors'], d['machine_cpu'])" \
+        | tee -a "$results"
+    done
+  done
+done
+echo "side cell mean_rps mean_p50_ms mean_cpu"
+awk '{k=$1" "$2; r[k]+=$3; p[k]+=$4; c[k]+=$7; n[k]++} END {for (k in r) printf "%s %.0f %.2f %.2f\n", k, r[k]/n[k], p[k]/n[k], c[k]/n[k]}' "$results" | sort
