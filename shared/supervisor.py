@@ -1,7 +1,9 @@
 """Start, watch and stop a set of service processes: `conch up`'s process manager.
 
 Each service runs in its own session so that Ctrl-C reaches only the supervisor, which then
-stops the services in reverse order (SIGTERM, then SIGKILL after a grace period). A service that
+stops the services one at a time in reverse order (SIGTERM, then SIGKILL after a grace period):
+the gateways, started last, drain their in-flight requests while the scheduler and workers that
+answer them still run. A service that
 dies is restarted, with a back-off if it keeps dying, and every restart is logged.
 """
 
@@ -90,11 +92,8 @@ class Supervisor:
             if running.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(running.process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self._grace_s
-        for running in reversed(self._services):
-            remaining = max(0.1, deadline - time.monotonic())
             try:
-                running.process.wait(timeout=remaining)
+                running.process.wait(timeout=self._grace_s)
             except subprocess.TimeoutExpired:
                 log.warning(
                     "service did not stop in time; killing", extra={"target": running.spec.name}

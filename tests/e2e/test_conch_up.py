@@ -117,3 +117,69 @@ def test_conch_up_with_envoy_serves_through_the_edge(model_repository: Path) -> 
         process.wait(timeout=60)
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left running after SIGTERM: {[p.cmdline() for p in alive]}"
+
+
+SLOW_MODEL = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.25)  # each batch takes a while: requests are still queued when Ctrl-C comes
+        answers = []
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            answers.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", value * 2)]))
+        return answers
+"""
+
+SLOW_CONFIG = """
+name: "slow"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT64 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT64 dims: [ 1 ] } ]
+"""
+
+
+def test_stopping_conch_up_answers_the_requests_in_flight(tmp_path: Path) -> None:
+    """Ctrl-C while requests are queued: the gateways drain them (the scheduler and workers
+    stop after the gateways), so no client sees a dropped connection."""
+    model = tmp_path / "repo" / "slow"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text(SLOW_MODEL)
+    (model / "config.pbtxt").write_text(SLOW_CONFIG)
+    port = free_port()
+    process = start_conch_up(tmp_path / "repo", "--http-port", str(port))
+    output = Output(process)
+    answers: queue.Queue[object] = queue.Queue()
+
+    def ask(value: int) -> None:
+        client = httpclient.InferenceServerClient(f"localhost:{port}", network_timeout=60)
+        tensor = httpclient.InferInput("INPUT0", [1], "INT64")
+        tensor.set_data_from_numpy(np.array([value], dtype=np.int64))
+        try:
+            answers.put((value, client.infer("slow", [tensor]).as_numpy("OUTPUT0")[0]))
+        except Exception as exc:  # a dropped connection or an error answer: the test fails
+            answers.put((value, exc))
+
+    try:
+        output.wait_for(rf"Conch is ready at http://localhost:{port}", 120)
+        threads = [threading.Thread(target=ask, args=(v,)) for v in range(6)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)  # all six sent; at 0.25 s a request, most are still waiting
+        process.send_signal(signal.SIGINT)
+        for thread in threads:
+            thread.join(timeout=60)
+        got = dict(answers.get_nowait() for _ in range(6))
+        assert got == {v: 2 * v for v in range(6)}, got
+        process.wait(timeout=60)
+        assert process.returncode == 0
+        assert not any("Cancel" in line and "running task" in line for line in output.seen)
+    finally:
+        if process.poll() is None:
+            process.kill()
