@@ -127,18 +127,16 @@ def test_chunked_request_body(wire: Wire) -> None:
     assert _output0(body) == [i + 1 for i in range(16)]
 
 
-def test_connection_close_is_honoured(wire: Wire) -> None:
-    wire.send(_request(extra=b"Connection: close\r\n"))
+@pytest.mark.parametrize(
+    "request_bytes",
+    [_request(extra=b"Connection: close\r\n"), _request(version=b"1.0")],
+    ids=["connection-close", "http-1.0"],
+)
+def test_the_answer_comes_before_the_close(wire: Wire, request_bytes: bytes) -> None:
+    wire.send(request_bytes)
     status, headers, body = wire.response()
     assert status == 200, body
-    assert headers["connection"] == "close"
-    assert wire.closed_by_server()
-
-
-def test_http_1_0_gets_its_answer_and_the_connection_closed(wire: Wire) -> None:
-    wire.send(_request(version=b"1.0"))
-    status, headers, body = wire.response()
-    assert status == 200, body
+    assert _output0(body) == [i + 1 for i in range(16)]
     assert headers["connection"] == "close"
     assert wire.closed_by_server()
 
