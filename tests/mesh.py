@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
+import pytest
 import redis
 
-from shared.redis_server import free_port
+from shared.ports import free_port
+from shared.prometheus_local import binary as prometheus_binary
+
+needs_prometheus = pytest.mark.skipif(
+    prometheus_binary() is None,
+    reason="needs the `prometheus` binary (Debian: apt-get install -y "
+    "--no-install-recommends prometheus)",
+)
 
 
 def start_conch_up(repository: Path, *args: str) -> subprocess.Popen[str]:
@@ -30,6 +42,45 @@ def start_conch_up(repository: Path, *args: str) -> subprocess.Popen[str]:
         env=env,
         start_new_session=True,
     )
+
+
+class ConchUpOutput:
+    """Lines of a child's stdout, read on a thread (select() misses lines already buffered)."""
+
+    def __init__(self, process: subprocess.Popen[str]):
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, args=(process,), daemon=True).start()
+
+    def _pump(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self.lines.put(line)
+
+    def wait_for(self, pattern: str, timeout_s: float) -> re.Match[str]:
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            self.seen.append(line)
+            if match := re.search(pattern, line):
+                return match
+        tail = "".join(self.seen[-40:])
+        raise AssertionError(f"'{pattern}' not seen within {timeout_s} s:\n{tail}")
+
+
+def stop_conch_up(
+    process: subprocess.Popen[str], sig: signal.Signals = signal.SIGTERM
+) -> list[psutil.Process]:
+    """Stop `conch up` as a user would (SIGTERM, or SIGINT for Ctrl-C) and wait for it; returns
+    the processes it had started that are still alive 10 s later (none, if it cleaned up)."""
+    children = psutil.Process(process.pid).children(recursive=True)
+    process.send_signal(sig)
+    process.wait(timeout=60)
+    _, alive = psutil.wait_procs(children, timeout=10)
+    return alive
 
 
 def flush_database(url: str) -> None:

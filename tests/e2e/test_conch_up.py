@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import os
 import queue
-import re
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -17,43 +15,16 @@ import psutil
 import pytest
 import tritonclient.http as httpclient
 
-from shared.redis_server import free_port
-from tests.mesh import start_conch_up
+from shared.ports import free_port
+from tests.mesh import ConchUpOutput, start_conch_up, stop_conch_up
 
 pytestmark = pytest.mark.e2e
-
-
-class Output:
-    """Lines of a child's stdout, read on a thread (select() misses lines already buffered)."""
-
-    def __init__(self, process: subprocess.Popen[str]):
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._pump, args=(process,), daemon=True).start()
-
-    def _pump(self, process: subprocess.Popen[str]) -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            self.lines.put(line)
-
-    def wait_for(self, pattern: str, timeout_s: float) -> re.Match[str]:
-        deadline = time.monotonic() + timeout_s
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                line = self.lines.get(timeout=left)
-            except queue.Empty:
-                break
-            self.seen.append(line)
-            if match := re.search(pattern, line):
-                return match
-        tail = "".join(self.seen[-40:])
-        raise AssertionError(f"'{pattern}' not seen within {timeout_s} s:\n{tail}")
 
 
 def test_conch_up_serves_restarts_and_stops(model_repository: Path) -> None:
     port = free_port()
     process = start_conch_up(model_repository, "--http-port", str(port), "--gateways", "2")
-    output = Output(process)
+    output = ConchUpOutput(process)
     seen = output.seen
     try:
         output.wait_for(rf"Conch is ready at http://localhost:{port}", 120)
@@ -81,11 +52,8 @@ def test_conch_up_serves_restarts_and_stops(model_repository: Path) -> None:
             "redis" in " ".join(c.cmdline()) or "valkey" in " ".join(c.cmdline()) for c in children
         ), "conch up should start its own Redis"
     finally:
-        children = psutil.Process(process.pid).children(recursive=True)
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
+        alive = stop_conch_up(process)
     assert process.returncode == 0
-    _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left running after SIGTERM: {[p.cmdline() for p in alive]}"
 
 
@@ -100,7 +68,7 @@ def test_conch_up_with_envoy_serves_through_the_edge(model_repository: Path) -> 
         "--envoy-port",
         str(envoy_port),
     )
-    output = Output(process)
+    output = ConchUpOutput(process)
     try:
         output.wait_for(rf"Conch is ready at http://127.0.0.1:{envoy_port}", 120)
         client = httpclient.InferenceServerClient(f"127.0.0.1:{envoy_port}")
@@ -112,10 +80,7 @@ def test_conch_up_with_envoy_serves_through_the_edge(model_repository: Path) -> 
             result = client.infer("simple", inputs)
             np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.zeros((1, 16)))
     finally:
-        children = psutil.Process(process.pid).children(recursive=True)
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
-    _, alive = psutil.wait_procs(children, timeout=10)
+        alive = stop_conch_up(process)
     assert not alive, f"left running after SIGTERM: {[p.cmdline() for p in alive]}"
 
 
@@ -154,7 +119,7 @@ def test_stopping_conch_up_answers_the_requests_in_flight(tmp_path: Path) -> Non
     (model / "config.pbtxt").write_text(SLOW_CONFIG)
     port = free_port()
     process = start_conch_up(tmp_path / "repo", "--http-port", str(port))
-    output = Output(process)
+    output = ConchUpOutput(process)
     answers: queue.Queue[object] = queue.Queue()
 
     def ask(value: int) -> None:
@@ -183,3 +148,4 @@ def test_stopping_conch_up_answers_the_requests_in_flight(tmp_path: Path) -> Non
     finally:
         if process.poll() is None:
             process.kill()
+

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -12,27 +12,10 @@ import httpx
 import psutil
 import pytest
 
-from shared.prometheus_local import binary
-from shared.redis_server import free_port
-from tests.mesh import start_conch_up
+from shared.ports import free_port
+from tests.mesh import ConchUpOutput, needs_prometheus, start_conch_up, stop_conch_up
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        binary() is None,
-        reason="needs the `prometheus` binary (Debian: apt-get install -y "
-        "--no-install-recommends prometheus)",
-    ),
-]
-
-
-def _wait_line(seen: list[str], text: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(text in line for line in list(seen)):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{text!r} not seen within {timeout_s} s:\n{''.join(seen[-40:])}")
+pytestmark = [pytest.mark.e2e, needs_prometheus]
 
 
 def test_conch_up_with_prometheus_scrapes_every_service(
@@ -51,14 +34,11 @@ def test_conch_up_with_prometheus_scrapes_every_service(
         "--prometheus-port",
         str(prom_port),
     )
-    seen: list[str] = []
-    assert process.stdout is not None
-    reader = threading.Thread(target=lambda: seen.extend(process.stdout), daemon=True)
-    reader.start()
+    output = ConchUpOutput(process)
     url = f"http://127.0.0.1:{prom_port}"
     try:
-        _wait_line(seen, f"Conch is ready at http://localhost:{port}", 120)
-        assert any(f"Prometheus: {url}" in line for line in seen), seen[-20:]
+        output.wait_for(re.escape(f"Conch is ready at http://localhost:{port}"), 120)
+        assert any(f"Prometheus: {url}" in line for line in output.seen), output.seen[-20:]
         deadline = time.monotonic() + 30
         jobs: dict[str, str] = {}
         while time.monotonic() < deadline:
@@ -78,9 +58,6 @@ def test_conch_up_with_prometheus_scrapes_every_service(
         children = psutil.Process(process.pid).children(recursive=True)
         assert any("prometheus" in " ".join(c.cmdline()) for c in children)
     finally:
-        children = psutil.Process(process.pid).children(recursive=True)
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=60)
+        alive = stop_conch_up(process, signal.SIGINT)
     assert process.returncode == 0
-    _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"

@@ -27,18 +27,12 @@ import pytest
 import yaml
 
 from shared import metrics
-from shared.prometheus_local import RULES_DIR, LocalPrometheus, binary
-from shared.redis_server import PrivateRedis, free_port
-from tests.mesh import Mesh, flush_database
+from shared.ports import free_port
+from shared.prometheus_local import RULES_DIR, LocalPrometheus
+from shared.redis_server import PrivateRedis
+from tests.mesh import Mesh, flush_database, needs_prometheus
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        binary() is None,
-        reason="needs the `prometheus` binary (Debian: apt-get install -y "
-        "--no-install-recommends prometheus)",
-    ),
-]
+pytestmark = [pytest.mark.e2e, needs_prometheus]
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
