@@ -15,7 +15,8 @@ from pathlib import Path
 
 from shared import http_wait, logs, repository
 from shared.errors import ConchError
-from shared.redis_server import PrivateRedis, free_port
+from shared.ports import free_port
+from shared.redis_server import PrivateRedis
 from shared.supervisor import ServiceSpec, Supervisor
 
 log = logging.getLogger("conch.up")
@@ -206,6 +207,8 @@ def up(args: argparse.Namespace) -> int:
             )
         while not stopping:
             supervisor.check()
+            if private is not None:
+                _restart_if_exited(private)
             time.sleep(0.5)
         return 0
     finally:
@@ -215,6 +218,23 @@ def up(args: argparse.Namespace) -> int:
             prometheus.stop()
         if private is not None:
             private.stop()
+
+
+def _restart_if_exited(private: PrivateRedis) -> None:
+    """`conch up` keeps what it started running, its Redis too: same port, same socket, so every
+    service reconnects by itself and its heartbeats restore the registry. Requests that were
+    queued in the dead server are answered by their gateways' deadlines."""
+    assert private.process is not None
+    code = private.process.poll()
+    if code is None:
+        return
+    log.warning("private redis exited; restarting it", extra={"code": code, "url": private.url})
+    try:
+        private.start()
+    except ConchError as exc:  # tried again on the next turn of the watch loop
+        log.error("private redis did not restart", extra={"error": exc.message})
+        return
+    log.info("private redis restarted", extra={"url": private.url})
 
 
 def _start_prometheus(targets: dict[str, list[str]], port: int):

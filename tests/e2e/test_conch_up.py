@@ -14,6 +14,7 @@ import numpy as np
 import psutil
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from shared.ports import free_port
 from tests.mesh import ConchUpOutput, start_conch_up, stop_conch_up
@@ -149,3 +150,39 @@ def test_stopping_conch_up_answers_the_requests_in_flight(tmp_path: Path) -> Non
         if process.poll() is None:
             process.kill()
 
+
+def test_conch_up_restarts_its_redis(model_repository: Path) -> None:
+    """The private Redis dies: `conch up` starts it again and the mesh serves again, with no
+    action from the user (the answers in between are 503s that say Redis is unreachable)."""
+    port = free_port()
+    process = start_conch_up(model_repository, "--http-port", str(port))
+    output = ConchUpOutput(process)
+    try:
+        output.wait_for(rf"Conch is ready at http://localhost:{port}", 120)
+        client = httpclient.InferenceServerClient(f"localhost:{port}")
+        a = np.arange(16, dtype=np.int32).reshape(1, 16)
+        inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(a)
+        np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), 2 * a)
+        redis_server = next(
+            c
+            for c in psutil.Process(process.pid).children(recursive=True)
+            if "redis" in " ".join(c.cmdline()) or "valkey" in " ".join(c.cmdline())
+        )
+        redis_server.kill()
+        output.wait_for(r'"private redis restarted"', 30)
+        deadline = time.monotonic() + 30
+        while True:  # answers come back once the heartbeats have restored the registry
+            try:
+                result = client.infer("simple", inputs)
+                break
+            except InferenceServerException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * a)
+    finally:
+        alive = stop_conch_up(process)
+    assert process.returncode == 0
+    assert not alive, f"left running after SIGTERM: {[p.cmdline() for p in alive]}"
