@@ -63,25 +63,38 @@ class FastInferApp:
         if route is None:
             await self.app(scope, receive, send)
             return
-        response = await self.exchange(route, scope["headers"], await _read_body(receive))
-        raw_headers = [
-            (b"content-type", response.content_type.encode()),
-            (b"content-length", str(len(response.body)).encode()),
-        ]
-        raw_headers.extend((k.lower().encode(), v.encode()) for k, v in response.headers.items())
+        body = await read_body(receive)
+        if body is None:
+            return  # the client left before its request was whole
+        response = await self.exchange(route, scope["headers"], body)
         await send(
-            {"type": "http.response.start", "status": response.status, "headers": raw_headers}
+            {
+                "type": "http.response.start",
+                "status": response.status,
+                "headers": response_headers(response),
+            }
         )
         await send({"type": "http.response.body", "body": response.body})
 
 
-async def _read_body(receive: Any) -> bytes:
-    message = await receive()
-    body = message.get("body", b"")
-    if not message.get("more_body", False):
-        return body
-    chunks = [body]
-    while message.get("more_body", False):
+def response_headers(response: rest_infer.RestResponse) -> list[tuple[bytes, bytes]]:
+    headers = [
+        (b"content-type", response.content_type.encode("latin-1")),
+        (b"content-length", str(len(response.body)).encode("latin-1")),
+    ]
+    headers.extend(
+        (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()
+    )
+    return headers
+
+
+async def read_body(receive: Any) -> bytes | None:
+    """The whole request body from ASGI ``receive``; None if the client disconnected."""
+    chunks = []
+    while True:
         message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
         chunks.append(message.get("body", b""))
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -20,7 +20,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from gateway.fastpath import FastInferApp, infer_route
+from gateway.fastpath import FastInferApp, infer_route, read_body, response_headers
 from gateway.rest_infer import RestResponse
 
 log = logging.getLogger(__name__)
@@ -39,14 +39,10 @@ class InferHttpProtocol(HttpToolsProtocol):
 
     async def _answer_infer(self, cycle: Any, route: tuple[str, str | None]) -> None:
         try:
-            body = b""
-            while True:  # uvicorn's receive: 100-continue, flow control, disconnects
-                message = await cycle.receive()
-                if message["type"] == "http.disconnect":
-                    return
-                body += message.get("body", b"")
-                if not message.get("more_body", False):
-                    break
+            # uvicorn's own receive: 100-continue, flow control and disconnects stay its own.
+            body = await read_body(cycle.receive)
+            if body is None:
+                return
             response = await self.app.exchange(route, cycle.scope["headers"], body)
             await _write_response(cycle, response)
         except Exception:  # the connection goes, the process's loop stays
@@ -62,17 +58,8 @@ async def _write_response(cycle: Any, response: RestResponse) -> None:
     if cycle.disconnected:
         return
     parts = [STATUS_LINE[response.status]]
-    for name, value in cycle.default_headers:
+    for name, value in [*cycle.default_headers, *response_headers(response)]:
         parts += [name, b": ", value, b"\r\n"]
-    parts += [
-        b"content-type: ",
-        response.content_type.encode("latin-1"),
-        b"\r\ncontent-length: ",
-        str(len(response.body)).encode("latin-1"),
-        b"\r\n",
-    ]
-    for name, value in response.headers.items():
-        parts += [name.lower().encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n"]
     if not cycle.keep_alive:
         parts.append(b"connection: close\r\n")
     parts += [b"\r\n", response.body]

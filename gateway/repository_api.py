@@ -78,12 +78,7 @@ class RepositoryControl:
         override = _config_override(model, parameters)
         message = control.new_message(control.LOAD, model, config=override)
         acks = await self._send(message)
-        failed = [a for a in acks if a.status == control.ACK_ERROR]
-        if failed:
-            raise invalid(
-                f"failed to load '{model}': "
-                + "; ".join(f"{a.message} (worker {a.worker})" for a in failed)
-            )
+        _raise_for_errors(acks, "load", model)
         done = [a for a in acks if a.status == control.ACK_OK]
         if not done:
             reasons = sorted({a.message for a in acks if a.message})
@@ -135,12 +130,7 @@ class RepositoryControl:
             )
         message = control.new_message(control.UNLOAD, model, versions=versions)
         acks = await self._send(message)
-        failed = [a for a in acks if a.status == control.ACK_ERROR]
-        if failed:
-            raise invalid(
-                f"failed to unload '{model}': "
-                + "; ".join(f"{a.message} (worker {a.worker})" for a in failed)
-            )
+        _raise_for_errors(acks, "unload", model)
         unloaded = sorted({v for a in acks for v in a.unloaded})
         await self._forget(model, unloaded, weights)
         log.info("model unloaded across the fleet", extra={"model": model, "versions": unloaded})
@@ -193,6 +183,15 @@ class RepositoryControl:
                 f"{', '.join(sorted(missing))}",
             )
         return acks
+
+
+def _raise_for_errors(acks: list[control.ControlAck], action: str, model: str) -> None:
+    failed = [a for a in acks if a.status == control.ACK_ERROR]
+    if failed:
+        raise invalid(
+            f"failed to {action} '{model}': "
+            + "; ".join(f"{a.message} (worker {a.worker})" for a in failed)
+        )
 
 
 def _config_override(model: str, parameters: dict[str, Any]) -> dict[str, Any] | None:
