@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -45,12 +46,16 @@ class FastInferApp:
         return getattr(self.app, name)
 
     async def exchange(
-        self, route: InferRoute, raw_headers: Iterable[tuple[bytes, bytes]], body: bytes
+        self,
+        route: InferRoute,
+        raw_headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+        received: float | None = None,
     ) -> rest_infer.RestResponse:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw_headers}
         try:
             return await rest_infer.infer(
-                self.app.state.gateway.dataplane, route[0], route[1], headers, body
+                self.app.state.gateway.dataplane, route[0], route[1], headers, body, received
             )
         except Exception as exc:  # never let one request take the process's loop down
             log.exception("unhandled error on the inference fast path")
@@ -63,10 +68,11 @@ class FastInferApp:
         if route is None:
             await self.app(scope, receive, send)
             return
+        received = time.perf_counter()
         body = await read_body(receive)
         if body is None:
             return  # the client left before its request was whole
-        response = await self.exchange(route, scope["headers"], body)
+        response = await self.exchange(route, scope["headers"], body, received)
         await send(
             {
                 "type": "http.response.start",

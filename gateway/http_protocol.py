@@ -16,6 +16,7 @@ in ``pyproject.toml``; ``tests/e2e`` exercise this path for every inference.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -33,17 +34,20 @@ class InferHttpProtocol(HttpToolsProtocol):
         if route is None:
             super()._start_asgi_task(cycle, app)
             return
-        task = self.loop.create_task(self._answer_infer(cycle, route))
+        received = time.perf_counter()  # the request's headers are in; the clock starts
+        task = self.loop.create_task(self._answer_infer(cycle, route, received))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
 
-    async def _answer_infer(self, cycle: Any, route: tuple[str, str | None]) -> None:
+    async def _answer_infer(
+        self, cycle: Any, route: tuple[str, str | None], received: float
+    ) -> None:
         try:
             # uvicorn's own receive: 100-continue, flow control and disconnects stay its own.
             body = await read_body(cycle.receive)
             if body is None:
                 return
-            response = await self.app.exchange(route, cycle.scope["headers"], body)
+            response = await self.app.exchange(route, cycle.scope["headers"], body, received)
             await _write_response(cycle, response)
         except Exception:  # the connection goes, the process's loop stays
             log.exception("unhandled error while answering an inference request")

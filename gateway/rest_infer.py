@@ -39,9 +39,14 @@ async def infer(
     version: str | None,
     headers: Mapping[str, str],
     body: bytes,
+    received: float | None = None,
 ) -> RestResponse:
-    """Run one inference; every failure becomes Triton's ``{"error": ...}`` with its status."""
-    received = time.perf_counter()
+    """Run one inference; every failure becomes Triton's ``{"error": ...}`` with its status.
+
+    ``received`` (perf_counter) is when the request reached this process, where the server
+    knows it: the request-duration metric then includes the time spent waiting for this
+    process's event loop and reading the body, as a client sees it."""
+    received = received or time.perf_counter()
     try:
         body = decompress(body, headers.get("content-encoding"))
         parsed = parse_infer_request(body, headers.get(HEADER_LENGTH))
