@@ -6,11 +6,8 @@ in each gateway process.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import os
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,65 +15,18 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 
 from gateway import grpc_service, rest_infer, stats
-from gateway.admin import AdminStore, admin_router, openapi_config
-from gateway.dataplane import DataPlane
+from gateway.admin_routes import admin_router
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.fastpath import FastInferApp
-from gateway.model_table import ModelTable
-from gateway.replies import ReplyRouter
-from gateway.repository_api import RepositoryControl, repository_router
-from gateway.routing import TrafficPolicy
+from gateway.openapi import openapi_config
+from gateway.repository_routes import repository_router
+from gateway.server_identity import EXTENSIONS, SERVER_NAME, SERVER_VERSION
 from gateway.settings import GatewaySettings
-from shared import logs, metrics, redis_conn, registry, tracing
+from gateway.state import GatewayState
+from shared import logs, metrics, tracing
 
 log = logging.getLogger(__name__)
 _json = msgspec.json.Encoder()
-
-SERVER_NAME = "conch"
-SERVER_VERSION = "0.1.0"
-EXTENSIONS = [
-    "binary_tensor_data",
-    "model_configuration",
-    "schedule_policy",
-    "parameters",
-    "statistics",
-    "model_repository",
-    "model_repository(unload_dependents)",
-]
-
-
-class GatewayState:
-    def __init__(self, settings: GatewaySettings):
-        self.settings = settings
-        self.id = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.redis = redis_conn.connect(
-            settings.redis_url, max_connections=settings.redis_pool_size, name="conch-gateway"
-        )
-        self.table = ModelTable(self.redis, settings.refresh_interval_ms / 1000)
-        self.replies = ReplyRouter(settings.redis_url, self.id)
-        self.policy = TrafficPolicy(
-            self.redis, self.table, settings.refresh_interval_ms / 1000, settings.allow_anonymous
-        )
-        self.dataplane = DataPlane(
-            self.redis, self.table, self.replies, settings.default_timeout_ms, self.policy
-        )
-        self.admin = AdminStore(self.redis)
-        self.repository = RepositoryControl(self.redis, self.table, settings.control_timeout_s)
-
-    async def heartbeat(self) -> None:
-        s = self.settings
-        info = {"host": s.advertise_host, "port": str(s.http_port), "pid": str(os.getpid())}
-        while True:
-            try:
-                await registry.heartbeat(self.redis, "gateway", self.id, info, s.heartbeat_ttl_ms)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                metrics.record_heartbeat("gateway", False)
-                log.exception("gateway heartbeat failed")
-            else:
-                metrics.record_heartbeat("gateway", True)
-            await asyncio.sleep(s.heartbeat_interval_ms / 1000)
 
 
 def _state(request: Request) -> GatewayState:
@@ -177,41 +127,17 @@ def create_app(settings: GatewaySettings) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         state = GatewayState(settings)
         app.state.gateway = state
-        tasks = [
-            asyncio.create_task(state.table.run(), name="model-table"),
-            asyncio.create_task(state.replies.run(), name="reply-reader"),
-            asyncio.create_task(state.heartbeat(), name="heartbeat"),
-            asyncio.create_task(metrics.redis_rtt_probe(state.redis, "gateway"), name="rtt"),
-            asyncio.create_task(state.policy.run(), name="traffic-policy"),
-        ]
-        try:
-            await asyncio.wait_for(state.table.loaded.wait(), timeout=10)
-            await asyncio.wait_for(state.policy.loaded.wait(), timeout=10)
-        except TimeoutError:
-            log.warning("model table not loaded yet; serving anyway")
+        await state.start()
         grpc_server = None
         if settings.grpc_port:
-            grpc_server = await grpc_service.start(
-                state,
-                settings.host,
-                settings.grpc_port,
-                server_name=SERVER_NAME,
-                version=SERVER_VERSION,
-                extensions=EXTENSIONS,
-            )
+            grpc_server = await grpc_service.start(state, settings.host, settings.grpc_port)
         log.info("gateway process ready", extra={"gateway": state.id, "port": settings.http_port})
         try:
             yield
         finally:
             if grpc_server is not None:
                 await grpc_server.stop(grace=5)
-            await state.policy.stop()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            with contextlib.suppress(Exception):
-                await registry.deregister(state.redis, "gateway", state.id)
-            await state.redis.aclose()
+            await state.stop()
 
     return Litestar(
         route_handlers=[

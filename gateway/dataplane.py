@@ -1,28 +1,37 @@
-"""The protocol-neutral data plane: validate -> route -> admit -> enqueue -> await the reply.
+"""The protocol-neutral data plane: admit -> route -> validate -> enqueue -> await the reply.
 
-REST (and later gRPC) controllers are thin adapters over :meth:`DataPlane.infer`.
+The Litestar route, the ASGI fast path, the HTTP protocol hook and the gRPC servicer are thin
+adapters over :meth:`DataPlane.infer`. The copy of a request that shadow traffic asks for
+(``VersionRouter.shadow``, a pure decision) is sent from here too, as a request the gateway makes
+itself, and its outcome recorded for the admin API.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from gateway.admission import Admission
+from gateway.auth import Tenant
+from gateway.caller import ANONYMOUS_CALLER, Caller
 from gateway.enqueue import CoalescedScript
 from gateway.http_codec import ParsedRequest
 from gateway.model_table import ModelTable
-from gateway.policy import queue_ticket
+from gateway.queue_ticket import queue_ticket
 from gateway.replies import ReplyRouter
-from gateway.routing import ANONYMOUS_CALLER, Caller, TrafficPolicy
 from gateway.validation import ValidRequest, validate
+from gateway.version_router import VersionRouter
 from shared import envelope, keys, metrics, tracing
 from shared.envelope import InferRequest, Reply, RequestHeader
 from shared.errors import ConchError, ErrorCode, unavailable
 from shared.ids import new_id
 from shared.logs import request_id_var
+
+log = logging.getLogger(__name__)
 
 # Atomic admission: refuse at once when no live worker serves the version or the queue is full,
 # otherwise enqueue. One round trip; the queue length is exact because schedulers delete the
@@ -37,6 +46,8 @@ return 1
 
 # Time the gateway waits past the deadline for a worker's own deadline error before answering.
 _GRACE_S = 0.05
+# Shadow requests in flight per gateway process beyond which more are skipped (and counted).
+MAX_SHADOW_IN_FLIGHT = 256
 
 
 @dataclass(frozen=True)
@@ -53,14 +64,23 @@ class DataPlane:
         table: ModelTable,
         replies: ReplyRouter,
         default_timeout_ms: int,
-        policy: TrafficPolicy | None = None,
+        admission: Admission,
+        versions: VersionRouter,
     ):
         self._redis = r
-        self.policy = policy
+        self.admission = admission
+        self.versions = versions
         self.table = table
         self.replies = replies
         self._default_timeout_ms = default_timeout_ms
         self._enqueue = CoalescedScript(r, ENQUEUE_LUA)
+        self._shadow_tasks: set[asyncio.Task[None]] = set()
+
+    async def stop(self) -> None:
+        """Cancel the shadow requests still in flight (their clients are the gateway itself)."""
+        for task in list(self._shadow_tasks):
+            task.cancel()
+        await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
 
     async def infer(
         self,
@@ -73,23 +93,21 @@ class DataPlane:
         """``received`` (perf_counter) is when the request arrived, so that the request
         duration a gateway reports includes reading and parsing the body."""
         config = self.table.config(model)
-        if self.policy is None:
-            tenant, number = None, self.table.resolve_version(model, version)
-        else:  # auth (401/403), rate limit (429), then version choice by weights
-            try:
-                tenant = await self.policy.admit(model, caller)
-            except ConchError as exc:
-                metrics.record_rejected(
-                    _tenant_label(self.policy, caller),
-                    model,
-                    _REASONS.get(exc.code, exc.code.lower()),
-                )
-                raise
-            number = self.policy.route(model, version, caller)
+        try:  # auth (401/403), rate limit (429), then version choice by weights
+            tenant = await self.admission.admit(model, caller)
+        except ConchError as exc:
+            metrics.record_rejected(
+                self.admission.tenant_label(caller),
+                model,
+                _REASONS.get(exc.code, exc.code.lower()),
+            )
+            raise
+        number = self.versions.route(model, version, caller.route_key)
         valid = validate(config, parsed)
         ticket = queue_ticket(config, parsed.parameters, tenant.priority if tenant else 0)
-        if self.policy is not None:
-            self.policy.shadow(self, model, version, number, parsed, tenant)
+        shadow = self.versions.shadow(model, version, number)
+        if shadow is not None:
+            self._send_shadow(model, shadow, number, parsed, tenant)
         request_id = new_id()
         request_id_var.set(parsed.id or request_id)
         started, code = received or time.perf_counter(), ErrorCode.CANCELLED.value
@@ -175,6 +193,64 @@ class DataPlane:
             raise ConchError(ErrorCode(reply.error_code), reply.error)
         return InferOutcome(reply, valid, number)
 
+    def _send_shadow(
+        self, model: str, version: int, primary: int, parsed: ParsedRequest, tenant: Tenant | None
+    ) -> None:
+        """A copy of a weight-routed request to the model's shadow version, in the background."""
+        if len(self._shadow_tasks) >= MAX_SHADOW_IN_FLIGHT:
+            self._record(model, version, "skipped", None)
+            return
+        caller = Caller(trusted=True, tenant=tenant)
+        task = asyncio.create_task(self._shadow_request(model, version, primary, parsed, caller))
+        self._shadow_tasks.add(task)
+        task.add_done_callback(self._shadow_tasks.discard)
+
+    async def _shadow_request(
+        self, model: str, version: int, primary: int, parsed: ParsedRequest, caller: Caller
+    ) -> None:
+        started = time.perf_counter()
+        error = ""
+        try:
+            await self.infer(model, str(version), parsed, caller=caller)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        latency_us = int((time.perf_counter() - started) * 1e6)
+        outcome = "failed" if error else "succeeded"
+        log.info(
+            "shadow request answered",
+            extra={
+                "model": model,
+                "shadow_version": version,
+                "primary_version": primary,
+                "outcome": outcome,
+                "latency_ms": round(latency_us / 1000, 3),
+                "error": error,
+            },
+        )
+        await self._record_async(model, version, outcome, latency_us)
+
+    def _record(self, model: str, version: int, outcome: str, latency_us: int | None) -> None:
+        task = asyncio.create_task(self._record_async(model, version, outcome, latency_us))
+        self._shadow_tasks.add(task)
+        task.add_done_callback(self._shadow_tasks.discard)
+
+    async def _record_async(
+        self, model: str, version: int, outcome: str, latency_us: int | None
+    ) -> None:
+        """The shadow counters the admin API shows (``GET /v2/admin/models/{m}/shadow``)."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                key = keys.shadow_stats(model, version)
+                pipe.hincrby(key, outcome, 1)
+                if latency_us is not None:
+                    pipe.hincrby(key, "sent", 1)
+                    pipe.hincrby(key, "latency_us", latency_us)
+                await pipe.execute()
+        except Exception:
+            log.exception("could not record a shadow outcome", extra={"model": model})
+
 
 _ADMISSION = {-1: "no_worker", -2: "queue_full"}
 _REASONS = {
@@ -182,14 +258,3 @@ _REASONS = {
     ErrorCode.UNAUTHENTICATED: "unauthenticated",
     ErrorCode.PERMISSION_DENIED: "forbidden",
 }
-
-
-def _tenant_label(policy: TrafficPolicy, caller: Caller) -> str | None:
-    """The tenant a refused caller presented (metrics label): None when anonymous."""
-    if caller.tenant is not None:
-        return caller.tenant.name
-    try:
-        tenant = policy.tenants.identify(caller.authorization)
-    except ConchError:
-        return "unknown"
-    return tenant.name if tenant is not None else None

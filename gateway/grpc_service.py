@@ -4,29 +4,28 @@ plane as REST. Each gateway process serves it on the shared gRPC port (SO_REUSEP
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from gateway import stats
+from gateway.caller import ROUTE_KEY_HEADER, Caller
 from gateway.errors import GRPC_STATUS
 from gateway.grpc_codec import encode_grpc_response, parse_grpc_request
-from gateway.routing import ROUTE_KEY_HEADER, Caller
+from gateway.server_identity import EXTENSIONS, SERVER_NAME, SERVER_VERSION
+from gateway.state import GatewayState
 from shared.errors import ConchError, ErrorCode
-
-if TYPE_CHECKING:
-    from gateway.app import GatewayState
 
 log = logging.getLogger(__name__)
 
 
 class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, state: GatewayState, server_name: str, version: str, extensions: list[str]):
+    def __init__(self, state: GatewayState):
         self.state = state
         self._metadata = service_pb2.ServerMetadataResponse(
-            name=server_name, version=version, extensions=extensions
+            name=SERVER_NAME, version=SERVER_VERSION, extensions=EXTENSIONS
         )
 
     async def ServerLive(self, request: Any, context: Any) -> Any:
@@ -105,11 +104,9 @@ async def _guard(context: Any, build: Any) -> Any:
         await context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
 
 
-async def start(state: GatewayState, host: str, port: int, **metadata: Any) -> grpc.aio.Server:
+async def start(state: GatewayState, host: str, port: int) -> grpc.aio.Server:
     server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceService(state, **metadata), server
-    )
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(state), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if not bound:
         raise ConchError(ErrorCode.UNAVAILABLE, f"cannot listen for gRPC on {host}:{port}")

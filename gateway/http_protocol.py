@@ -9,12 +9,18 @@ Litestar route call, and the whole response goes out in one write. Everything el
 metadata, admin, repository, lifespan) is the Litestar application, unchanged.
 
 The hook is ``HttpToolsProtocol._start_asgi_task``: the one place where uvicorn starts a
-request, for the first request of a connection and for pipelined ones alike. uvicorn is pinned
-in ``pyproject.toml``; ``tests/e2e`` exercise this path for every inference.
+request, for the first request of a connection and for pipelined ones alike. It is private, and
+the hook also reads the request cycle's private fields, so it holds for one uvicorn release only:
+``UVICORN_VERSION``, which ``pyproject.toml`` and ``docker/constraints.txt`` pin. Importing this
+module with any other uvicorn, or one without the hooked method, fails at once with both versions
+named (``tests/unit/test_uvicorn_hook_pin.py`` fails the same way), so an upgrade is a deliberate
+act: read uvicorn's ``httptools_impl`` again, then change the constant and both pins together.
+``tests/e2e`` exercise this path for every inference.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import time
 from typing import Any
@@ -25,6 +31,30 @@ from gateway.fastpath import FastInferApp, infer_route, read_body, response_head
 from gateway.rest_infer import RestResponse
 
 log = logging.getLogger(__name__)
+
+# The uvicorn release this hook was written against (and the one pyproject.toml pins).
+UVICORN_VERSION = "0.54.0"
+HOOKED_METHOD = "_start_asgi_task"
+
+
+def check_uvicorn(installed: str, protocol: type) -> None:
+    """Refuse a uvicorn the hook was not written against, naming both versions."""
+    if installed != UVICORN_VERSION:
+        raise RuntimeError(
+            f"gateway.http_protocol overrides uvicorn's private "
+            f"HttpToolsProtocol.{HOOKED_METHOD} as uvicorn {UVICORN_VERSION} has it, but uvicorn "
+            f"{installed} is installed: install uvicorn=={UVICORN_VERSION}, or check the hook "
+            f"against uvicorn {installed} and change UVICORN_VERSION with the pins in "
+            "pyproject.toml and docker/constraints.txt"
+        )
+    if not callable(getattr(protocol, HOOKED_METHOD, None)):
+        raise RuntimeError(
+            f"uvicorn {installed} has no HttpToolsProtocol.{HOOKED_METHOD}, which "
+            "gateway.http_protocol overrides to answer inference below the ASGI layer"
+        )
+
+
+check_uvicorn(importlib.metadata.version("uvicorn"), HttpToolsProtocol)
 
 
 class InferHttpProtocol(HttpToolsProtocol):

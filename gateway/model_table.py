@@ -13,7 +13,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import periodic, registry
+from shared import keys, periodic, registry
 from shared.errors import not_found
 from shared.model_config import ModelConfig, TensorSpec
 
@@ -31,7 +31,7 @@ class ModelTable:
         self.loaded = asyncio.Event()
 
     async def refresh(self) -> None:
-        rev = int(await self._redis.get("conch:models:rev") or 0)
+        rev = int(await self._redis.get(keys.models_rev()) or 0)
         if rev != self._rev:
             self._rev, self.configs = await registry.read_models(self._redis)
         self.versions = await registry.ready_versions(self._redis, list(self.configs))

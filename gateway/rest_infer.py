@@ -1,21 +1,17 @@
 """The REST inference exchange, independent of the web framework: headers + body in, status +
-headers + body out. Both the Litestar route and the ASGI fast path call it, so they cannot
-drift apart."""
+headers + body out. The Litestar route and the ASGI fast path (whose ``exchange`` the HTTP
+protocol hook calls too) share it, so they cannot drift apart."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
+from gateway.caller import ROUTE_KEY_HEADER, Caller
+from gateway.dataplane import DataPlane
 from gateway.errors import REDIS_ERRORS, error_parts, redis_unavailable
 from gateway.http_codec import HEADER_LENGTH, decompress, encode_infer_response, parse_infer_request
-from gateway.routing import ROUTE_KEY_HEADER, Caller
 from shared.errors import ConchError
-
-if TYPE_CHECKING:
-    from gateway.dataplane import DataPlane
-
 
 JSON = "application/json"
 BINARY = "application/octet-stream"

@@ -11,9 +11,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway import auth
-from gateway.admin import AdminStore, TenantBody, WeightsBody
+from gateway.admin_bodies import TenantBody, WeightsBody
+from gateway.admin_store import AdminStore
 from gateway.auth import RateLimit, TenantTable
-from gateway.routing import RoutingTable, Shadow
+from gateway.traffic_table import Shadow, TrafficTable
 from shared import control, keys, registry, repository
 from shared.errors import ConchError, ErrorCode
 from shared.model_config import parse_pbtxt
@@ -51,17 +52,17 @@ async def snapshot(r: aioredis.Redis) -> dict:
     return state
 
 
-async def test_weights_reach_the_routing_table(aredis: aioredis.Redis, store: AdminStore) -> None:
-    routing = RoutingTable(aredis)
-    await routing.refresh()
-    assert routing.weights == {}
+async def test_weights_reach_the_traffic_table(aredis: aioredis.Redis, store: AdminStore) -> None:
+    traffic = TrafficTable(aredis)
+    await traffic.refresh()
+    assert traffic.weights == {}
     view = await store.put_weights("simple", WeightsBody({"1": 80, "3": 20}))
     assert view.weights == {"1": 80, "3": 20} and view.live_versions == [1, 3]
-    await routing.refresh()
-    assert routing.weights == {"simple": {1: 80, 3: 20}}
+    await traffic.refresh()
+    assert traffic.weights == {"simple": {1: 80, 3: 20}}
     await store.delete_weights("simple")
-    await routing.refresh()
-    assert routing.weights == {}
+    await traffic.refresh()
+    assert traffic.weights == {}
 
 
 async def test_refused_writes_leave_redis_as_it_was(
@@ -130,16 +131,16 @@ async def test_tenants_keys_and_revocation(aredis: aioredis.Redis, store: AdminS
 async def test_tables_reload_only_when_the_revision_moves(
     aredis: aioredis.Redis, store: AdminStore
 ) -> None:
-    routing = RoutingTable(aredis)
+    traffic = TrafficTable(aredis)
     await store.put_weights("simple", WeightsBody({"1": 1}))
-    await routing.refresh()
+    await traffic.refresh()
     # A write that skips the revision counter is not seen: readers trust the counter.
     await aredis.hset(keys.weights(), "simple", b'{"3": 1}')
-    await routing.refresh()
-    assert routing.weights == {"simple": {1: 1}}
+    await traffic.refresh()
+    assert traffic.weights == {"simple": {1: 1}}
     await aredis.incr(keys.policy_rev())
-    await routing.refresh()
-    assert routing.weights == {"simple": {3: 1}}
+    await traffic.refresh()
+    assert traffic.weights == {"simple": {3: 1}}
 
 
 async def test_control_messages_reach_workers_and_collect_their_answers(

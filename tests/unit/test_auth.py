@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import admin, auth
+from gateway import admin_validation, auth
 from gateway.auth import RateLimit, Tenant, TenantTable
-from gateway.policy import queue_ticket
+from gateway.queue_ticket import queue_ticket
 from gateway.ratelimit import buckets_for
 from shared import control, keys
 from shared.admin_cli import parse_model_limits, parse_weights
@@ -96,7 +96,7 @@ def test_priority_request_then_tenant_then_model_default() -> None:
 
 
 def test_weights_validation_names_the_field() -> None:
-    assert admin.validate_weights({"1": 80, "3": 20}) == {1: 80, 3: 20}
+    assert admin_validation.validate_weights({"1": 80, "3": 20}) == {1: 80, 3: 20}
     for raw, fragment in [
         ({}, "at least one version"),
         ({"x": 1}, "weights.x"),
@@ -104,26 +104,29 @@ def test_weights_validation_names_the_field() -> None:
         ({"1": 0, "2": 0}, "must not all be zero"),
     ]:
         with pytest.raises(ConchError) as caught:
-            admin.validate_weights(raw)
+            admin_validation.validate_weights(raw)
         assert fragment in caught.value.message
 
 
 def test_tenant_names_and_keys() -> None:
-    admin.check_tenant_name("acme-prod_1.eu")
+    admin_validation.check_tenant_name("acme-prod_1.eu")
     for bad in ("", "-x", "a b", "a/b", "x" * 65):
-        assert code_of(lambda bad=bad: admin.check_tenant_name(bad)) == ErrorCode.INVALID_ARG
+        assert (
+            code_of(lambda bad=bad: admin_validation.check_tenant_name(bad))
+            == ErrorCode.INVALID_ARG
+        )
     current = {auth.hash_key("old-key-0123456789")}
-    assert admin.resolve_keys(None, current) == sorted(current)
-    assert admin.resolve_keys([], current) == []
+    assert admin_validation.resolve_keys(None, current) == sorted(current)
+    assert admin_validation.resolve_keys([], current) == []
     kept = auth.key_id(auth.hash_key("old-key-0123456789"))
-    assert admin.resolve_keys([kept, "new-key-0123456789"], current) == [
+    assert admin_validation.resolve_keys([kept, "new-key-0123456789"], current) == [
         auth.hash_key("old-key-0123456789"),
         auth.hash_key("new-key-0123456789"),
     ]
     with pytest.raises(ConchError, match=r"api_keys\[0\]"):
-        admin.resolve_keys(["short"], current)
+        admin_validation.resolve_keys(["short"], current)
     with pytest.raises(ConchError, match=r"api_keys\[0\]"):
-        admin.resolve_keys([auth.key_id("f" * 64)], current)
+        admin_validation.resolve_keys([auth.key_id("f" * 64)], current)
 
 
 def test_cli_argument_parsing() -> None:

@@ -1,4 +1,5 @@
-"""Queue admission policy for one request: Triton's priority and timeout semantics, pure."""
+"""The queue ticket of one request: its priority level, the queue size limit and its time in the
+queue, from the request's parameters and the model's queue policy with Triton's semantics. Pure."""
 
 from __future__ import annotations
 

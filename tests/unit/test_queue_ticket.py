@@ -1,4 +1,4 @@
-"""Queue admission policy: Triton's request priority and timeout semantics.
+"""The queue ticket: Triton's request priority and timeout semantics.
 
 A request's ``priority`` 0, or one past the model's priority levels, means the model's default
 level; a request's ``timeout`` (microseconds) may only lower the queue policy's default timeout,
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.policy import QueueTicket, queue_ticket
+from gateway.queue_ticket import QueueTicket, queue_ticket
 from shared.errors import ConchError, ErrorCode
 from shared.model_config import ModelConfig, parse_pbtxt
 

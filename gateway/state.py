@@ -1,0 +1,106 @@
+"""One gateway process's state: the Redis client, the in-memory copies of Redis state (model
+table, tenants, traffic settings), the reply reader, the data plane over them, the admin store
+and repository control, and the background tasks that keep them fresh.
+
+Built once per process in the application's lifespan; the REST routes (``gateway.app``) and the
+gRPC servicer (``gateway.grpc_service``) both read it, neither knows the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+
+from gateway.admin_store import AdminStore
+from gateway.admission import Admission
+from gateway.auth import TenantTable
+from gateway.dataplane import DataPlane
+from gateway.model_table import ModelTable
+from gateway.ratelimit import RateLimiter
+from gateway.replies import ReplyRouter
+from gateway.repository_control import RepositoryControl
+from gateway.settings import GatewaySettings
+from gateway.traffic_table import TrafficTable
+from gateway.version_router import VersionRouter
+from shared import metrics, periodic, redis_conn, registry
+
+log = logging.getLogger(__name__)
+
+
+class GatewayState:
+    def __init__(self, settings: GatewaySettings):
+        self.settings = settings
+        self.id = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.redis = redis_conn.connect(
+            settings.redis_url, max_connections=settings.redis_pool_size, name="conch-gateway"
+        )
+        refresh_s = settings.refresh_interval_ms / 1000
+        self.table = ModelTable(self.redis, refresh_s)
+        self.replies = ReplyRouter(settings.redis_url, self.id)
+        self.tenants = TenantTable(self.redis, refresh_s, settings.allow_anonymous)
+        self.traffic = TrafficTable(self.redis)
+        self.policy_loaded = asyncio.Event()
+        self.dataplane = DataPlane(
+            self.redis,
+            self.table,
+            self.replies,
+            settings.default_timeout_ms,
+            Admission(self.tenants, RateLimiter(self.redis)),
+            VersionRouter(self.table, self.traffic),
+        )
+        self.admin = AdminStore(self.redis)
+        self.repository = RepositoryControl(self.redis, self.table, settings.control_timeout_s)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Start the background tasks and wait (a bounded time) for the first copies."""
+        self._tasks = [
+            asyncio.create_task(self.table.run(), name="model-table"),
+            asyncio.create_task(self.replies.run(), name="reply-reader"),
+            asyncio.create_task(self.heartbeat(), name="heartbeat"),
+            asyncio.create_task(metrics.redis_rtt_probe(self.redis, "gateway"), name="rtt"),
+            asyncio.create_task(self.run_policy(), name="traffic-policy"),
+        ]
+        try:
+            await asyncio.wait_for(self.table.loaded.wait(), timeout=10)
+            await asyncio.wait_for(self.policy_loaded.wait(), timeout=10)
+        except TimeoutError:
+            log.warning("model table not loaded yet; serving anyway")
+
+    async def stop(self) -> None:
+        """Shadow requests, then the background tasks; deregister; close the Redis pool."""
+        await self.dataplane.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await registry.deregister(self.redis, "gateway", self.id)
+        await self.redis.aclose()
+
+    async def refresh_policy(self) -> None:
+        """Tenants and traffic settings, each re-read only when its revision changed."""
+        await self.tenants.refresh()
+        await self.traffic.refresh()
+        self.policy_loaded.set()
+
+    async def run_policy(self) -> None:
+        interval_s = self.settings.refresh_interval_ms / 1000
+        await periodic.every(interval_s, self.refresh_policy, "traffic policy")
+
+    async def heartbeat(self) -> None:
+        s = self.settings
+        info = {"host": s.advertise_host, "port": str(s.http_port), "pid": str(os.getpid())}
+        while True:
+            try:
+                await registry.heartbeat(self.redis, "gateway", self.id, info, s.heartbeat_ttl_ms)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                metrics.record_heartbeat("gateway", False)
+                log.exception("gateway heartbeat failed")
+            else:
+                metrics.record_heartbeat("gateway", True)
+            await asyncio.sleep(s.heartbeat_interval_ms / 1000)
