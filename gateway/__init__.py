@@ -1,1 +1,1 @@
-"""The stateless KServe v2 gateway: validate, route, admit, enqueue, await the reply."""
+"""The stateless KServe v2 gateway: admit, route, validate, enqueue, await the reply."""

@@ -1,10 +1,11 @@
 """Triton's model repository extension, fleet-wide: index, load, unload.
 
 ``load`` and ``unload`` publish one control message (``shared.control``) that every worker reads;
-the call returns once each worker that was live has answered, so when it returns 200 the version
-is loaded (or unloaded) across the fleet. A version that has weight is never unloaded: the call
-is refused with a message saying to set its weight to 0 first. Unloading drains: gateways stop
-routing requests without a version to it, then the workers finish what was queued for it.
+the call returns once each worker that was live has answered, so when the route answers 200 the
+version is loaded (or unloaded) across the fleet. A version that has weight is never unloaded:
+the call is refused with a message saying to set its weight to 0 first. Unloading drains:
+gateways stop routing requests without a version to it, then the workers finish what was queued
+for it.
 
 The routes that call this are ``gateway.repository_routes``.
 """

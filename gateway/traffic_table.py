@@ -1,7 +1,8 @@
 """This process's copy of the traffic settings in Redis: version weights, shadow traffic and the
 versions being unloaded (draining).
 
-The admin API writes them (``gateway.admin_store``) and bumps the policy revision; each gateway
+The admin API writes weights and shadow settings (``gateway.admin_store``), workers mark the
+versions they unload as draining; every writer bumps the policy revision, and each gateway
 process re-reads all three in one transaction only when that revision changed, checked every
 refresh interval (250 ms by default), so a change reaches every replica well within one second.
 """

@@ -29,16 +29,13 @@ class VersionRouter:
         self.traffic = traffic
         self._rng = rng
 
-    def live_versions(self, model: str) -> set[int]:
-        return live_versions(model, self._table.versions.get(model, {}), self.traffic.draining)
-
     def route(self, model: str, version: str | None, route_key: str | None) -> int:
         """An explicit version bypasses the weights; otherwise the weighted choice among live
         versions, else Triton's default (the newest live version)."""
         if version:
             return self._table.resolve_version(model, version)
         self._table.config(model)
-        live = self.live_versions(model)
+        live = live_versions(model, self._table.versions.get(model, {}), self.traffic.draining)
         weights = self.traffic.weights.get(model)
         if weights:
             chosen = choose_version(weights, live, route_point(route_key, self._rng))
