@@ -55,12 +55,12 @@ class WorkerService:
         background: list[asyncio.Task[None]] = []
         try:
             scan = await self.control.startup_scan(repository.scan(self.settings.model_repository))
-            loaded = await load_at_startup(scan, self.backend, self.settings, self.redis)
-            total = sum(len(v.instances) for v in loaded)
+            await load_at_startup(scan, versions)
+            total = sum(len(v.instances) for v in versions.loaded.values())
             self._batches.executor = ThreadPoolExecutor(  # headroom for versions loaded at runtime
                 max_workers=max(64, total), thread_name_prefix="exec"
             )
-            for version in loaded:
+            for version in list(versions.loaded.values()):
                 versions.serve(version)
             await versions.announce()
             metrics.on_scrape(LoadedVersionMetrics(self.settings.backend, versions.loaded).export)

@@ -11,25 +11,21 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import redis.asyncio as aioredis
-
 from shared import keys, registry, streams
 from shared.errors import ConchError
 from shared.repository import ScanResult
-from workers.backend import Backend
-from workers.loader import LoadedVersion, load_version
-from workers.settings import WorkerSettings
+from workers.loader import load_version
+from workers.version_host import VersionHost
 
 log = logging.getLogger(__name__)
 
 
-async def load_at_startup(
-    scan: ScanResult, backend: Backend, settings: WorkerSettings, redis: aioredis.Redis
-) -> list[LoadedVersion]:
+async def load_at_startup(scan: ScanResult, host: VersionHost) -> None:
+    """Load the scan's versions this worker serves into ``host`` (held, not served yet)."""
+    backend, settings, redis = host.backend, host.settings, host.redis
     for name, error in scan.errors.items():
         log.error("model not loadable", extra={"model": name, "error": error})
     wanted = set(settings.models)
-    loaded: list[LoadedVersion] = []
     for name, model in scan.models.items():
         if (wanted and name not in wanted) or not backend.accepts(model.config):
             continue
@@ -56,7 +52,7 @@ async def load_at_startup(
                     extra={"model": name, "version": version, "error": str(exc)},
                 )
                 continue
-            loaded.append(done)
+            host.add(done)
             versions.append(version)
             log.info(
                 "model loaded",
@@ -72,4 +68,3 @@ async def load_at_startup(
             await streams.ensure_groups(
                 redis, [keys.batch_stream(name, v) for v in versions], keys.WORKER_GROUP
             )
-    return loaded

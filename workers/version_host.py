@@ -48,8 +48,8 @@ class VersionHost:
         self.backend = backend
         self.id = worker_id
         self._serve = serve
-        # What the worker serves, read by heartbeats, reclaim and the scrape hook; changed only
-        # here, so a version is in it exactly while its instances take batches.
+        # The versions held, read by heartbeats, reclaim and the scrape hook, changed only here.
+        # A version being stopped leaves it before it drains: no heartbeat announces it again.
         self.loaded: dict[VersionKey, LoadedVersion] = {}
         # Batches reclaimed from dead workers, per version, taken before the stream's new ones.
         self._reclaimed: dict[VersionKey, asyncio.Queue[streams.Entry]] = {}
@@ -80,12 +80,16 @@ class VersionHost:
         """A batch reclaimed from a dead worker: the version's next idle instance takes it."""
         self._reclaimed[key].put_nowait(entry)
 
-    def serve(self, loaded: LoadedVersion) -> None:
-        """Add a loaded version and start one serving task per instance."""
+    def add(self, loaded: LoadedVersion) -> None:
+        """Hold a loaded version (unloaded at shutdown); ``serve`` starts its instances."""
         key = (loaded.name, loaded.version)
         self.loaded[key] = loaded
-        reclaimed: asyncio.Queue[streams.Entry] = asyncio.Queue()
-        self._reclaimed[key] = reclaimed
+        self._reclaimed[key] = asyncio.Queue()
+
+    def serve(self, loaded: LoadedVersion) -> None:
+        """Start one serving task per instance of a version already held."""
+        key = (loaded.name, loaded.version)
+        reclaimed = self._reclaimed[key]
         for instance in loaded.instances:
             self._serving.append(
                 asyncio.create_task(self._serve(loaded, instance, reclaimed), name=f"serve-{key}")
@@ -116,6 +120,7 @@ class VersionHost:
             keys.WORKER_GROUP,
         )
         for lv in loaded:
+            self.add(lv)
             self.serve(lv)
             log.info(
                 "model loaded",
