@@ -84,8 +84,9 @@ class BatchLoop:
         retry: asyncio.Queue[streams.Entry],
     ) -> None:
         """A batch whose processing failed (Redis gone mid-batch, say) stays pending in Redis;
-        it is tried again here, counted as a delivery, so a poisonous one is answered with an
-        error after max_deliveries instead of being retried forever."""
+        it is tried again here, counted as a delivery, so one that keeps failing is answered
+        with an error after max_deliveries instead of being retried forever (one that cannot
+        be decoded never reaches that check, and is retried on)."""
         try:
             await self._process(loaded, instance, entry)
         except asyncio.CancelledError:
