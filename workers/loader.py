@@ -1,4 +1,4 @@
-"""Loading a repository's models for one backend: versions by policy, instances by group."""
+"""Loading and unloading one version of a model: its instances by group, each warmed up."""
 
 from __future__ import annotations
 
@@ -10,8 +10,17 @@ from shared import gpu
 from shared.errors import ConchError, ErrorCode
 from shared.repository import RepositoryModel
 from workers.backend import Backend, LoadSpec, ModelInstance
+from workers.warmup import warmup_batches
 
 log = logging.getLogger(__name__)
+
+
+class VersionLoadError(Exception):
+    """One version of an all-or-nothing load failed; the versions loaded before it are unloaded."""
+
+    def __init__(self, version: int, reason: str):
+        super().__init__(f"version {version} failed to load: {reason}")
+        self.version = version
 
 
 @dataclass
@@ -63,7 +72,7 @@ def load_version(backend: Backend, model: RepositoryModel, version: int) -> Load
                 )
                 instance = backend.load(spec)
                 loaded.instances.append(instance)
-                run_warmup(instance, spec)
+                _warm_up(instance, spec)
     except Exception:
         for instance in loaded.instances:
             try:
@@ -75,11 +84,8 @@ def load_version(backend: Backend, model: RepositoryModel, version: int) -> Load
     return loaded
 
 
-def run_warmup(instance: ModelInstance, spec: LoadSpec) -> None:
-    try:
-        from workers.warmup import warmup_batches
-    except ImportError:  # warmup support not installed in this build
-        return
+def _warm_up(instance: ModelInstance, spec: LoadSpec) -> None:
+    """Triton's model_warmup on a freshly loaded instance; a failed request fails the load."""
     for batch in warmup_batches(spec.config, spec.version_path):
         execution = instance.execute(batch)
         failed = [r.error for r in execution.results if r.error is not None]
@@ -89,3 +95,12 @@ def run_warmup(instance: ModelInstance, spec: LoadSpec) -> None:
                 f"warmup of model '{spec.config.name}' version {spec.version} failed: "
                 f"{failed[0].message}",
             )
+
+
+def unload_instances(loaded: LoadedVersion) -> None:
+    """Unload every instance of the version; one that fails is logged and the rest still go."""
+    for instance in loaded.instances:
+        try:
+            instance.unload()
+        except Exception:
+            log.exception("unload failed", extra={"model": loaded.name})

@@ -60,8 +60,8 @@ def warmup_batches(config: ModelConfig, version_path: Path) -> list[list[ModelRe
 def run_warmup(instance: ModelInstance, config: ModelConfig, version_path: Path) -> int:
     """Execute every warmup batch on the instance; raise on the first failed request.
 
-    Returns the number of batches run. The worker loop calls this after ``load`` and before
-    marking the version READY, once per instance (each instance warms its own device/process).
+    Returns the number of batches run. Loading a version (``workers.loader``) runs the same
+    batches on each instance before the version is READY, with its own error message.
     """
     batches = warmup_batches(config, version_path)
     for batch in batches:

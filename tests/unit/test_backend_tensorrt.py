@@ -12,7 +12,7 @@ import pytest
 from shared.errors import ConchError, ErrorCode
 from shared.model_config import InstanceGroup, parse_pbtxt
 from workers.backend import LoadSpec
-from workers.registry import load_backend
+from workers.backend_table import load_backend
 from workers.tensorrt.backend import TensorRTBackend, host_problems
 
 CONFIG = """
@@ -22,7 +22,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
 
 
-def test_registry_loads_the_backend_without_tensorrt_installed() -> None:
+def test_the_backend_table_loads_the_backend_without_tensorrt_installed() -> None:
     assert isinstance(load_backend("tensorrt"), TensorRTBackend)
 
 

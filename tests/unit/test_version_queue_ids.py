@@ -40,4 +40,4 @@ def test_same_entry_id_on_two_priority_streams_queues_both() -> None:
     queue.add(header("high", 1), b"req:1:p1", b"1700000000000-0", b"d")
     queue.add(header("high", 1), b"req:1:p1", b"1700000000000-0", b"d")  # a redelivery
     assert len(queue) == 2
-    assert [p.header.id for p in queue._pending] == ["high", "low"]
+    assert [p.header.id for p in queue._pending.items] == ["high", "low"]

@@ -1,4 +1,8 @@
-"""Backend name -> implementation, imported only by the worker service that serves it."""
+"""The backend table: backend name -> its implementation class.
+
+Each backend's module is imported only when a worker asks for it, so a worker imports the one
+backend it serves and not the others' heavy dependencies (onnxruntime, torch, tensorrt).
+"""
 
 from __future__ import annotations
 

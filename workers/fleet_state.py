@@ -1,0 +1,69 @@
+"""At start-up, the fleet's desired state applied to what the disk says.
+
+A worker started after models were loaded or unloaded through the repository API loads what the
+fleet serves, not what its disk holds: a model unloaded everywhere stays unloaded, versions
+unloaded one by one stay out, and a config override replaces config.pbtxt. The worker also
+publishes what it found on disk (the repository index), errors included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import redis.asyncio as aioredis
+
+from shared import control, model_config, repository
+from shared.control import IndexEntry
+from shared.errors import ConchError
+from shared.repository import RepositoryModel, ScanResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pinned(RepositoryModel):
+    """A repository model whose versions to load are fixed (the policy minus unloaded ones)."""
+
+    pinned: tuple[int, ...] = ()
+
+    @property
+    def versions(self) -> list[int]:
+        return list(self.pinned)
+
+
+async def apply_fleet_state(redis: aioredis.Redis, scan: ScanResult) -> ScanResult:
+    """The scan with the fleet's desired state applied; the repository index is published."""
+    states = await control.read_states(redis)
+    index = {name: IndexEntry(error=error) for name, error in scan.errors.items()}
+    models: dict[str, RepositoryModel] = {}
+    for name, model in scan.models.items():
+        index[name] = IndexEntry(versions=model.available_versions)
+        state = states.get(name)
+        if state is None:
+            models[name] = model
+            continue
+        if state.unloaded:
+            log.info(
+                "model left unloaded (unloaded through the repository API)",
+                extra={"model": name},
+            )
+            continue
+        if state.config is not None:
+            try:
+                config = model_config.from_json(state.config, source=f"override of {name!r}")
+                model = repository.read_model(model.path, config)
+            except ConchError as exc:
+                log.error(
+                    "config override unusable; using config.pbtxt",
+                    extra={"model": name, "error": exc.message},
+                )
+        if state.excluded:
+            pinned = tuple(v for v in model.versions if v not in state.excluded)
+            model = _Pinned(
+                **{f.name: getattr(model, f.name) for f in dataclasses.fields(RepositoryModel)},
+                pinned=pinned,
+            )
+        models[name] = model
+    await control.write_index(redis, index)
+    return ScanResult(models=models, errors=scan.errors)

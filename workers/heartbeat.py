@@ -1,0 +1,37 @@
+"""The worker's heartbeat: stay registered, keep every loaded version marked ready.
+
+A Redis that restarted empty has forgotten the model configs and the consumer groups; the
+heartbeat puts back what this worker serves, so the mesh recovers without restarting anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from shared import keys, metrics, registry, streams
+from workers.version_host import VersionHost
+
+log = logging.getLogger(__name__)
+
+
+async def heartbeat_loop(host: VersionHost, stopping: asyncio.Event) -> None:
+    while not stopping.is_set():
+        await asyncio.sleep(host.settings.heartbeat_interval_ms / 1000)
+        try:
+            await host.announce()
+            await _restore_after_redis_loss(host)
+        except Exception:
+            metrics.record_heartbeat("worker", False)
+            log.exception("worker heartbeat failed")
+        else:
+            metrics.record_heartbeat("worker", True)
+
+
+async def _restore_after_redis_loss(host: VersionHost) -> None:
+    configs = {v.model.config.name: v.model.config for v in host.loaded.values()}
+    if await registry.ensure_published(host.redis, list(configs.values())):
+        log.warning("redis had lost the model registry; restored", extra={"models": list(configs)})
+        await streams.ensure_groups(
+            host.redis, [keys.batch_stream(*key) for key in host.loaded], keys.WORKER_GROUP
+        )

@@ -1,0 +1,32 @@
+"""Taking over the batches of dead workers of the same versions.
+
+A batch stays pending under the worker that read it until it is acked. Once that worker's
+heartbeat has expired, a live worker claims its pending batches and hands them to its own
+instances of the version, which take them ahead of the stream's new batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from shared import keys, metrics, registry, streams
+from workers.version_host import VersionHost
+
+log = logging.getLogger(__name__)
+
+
+async def reclaim_loop(host: VersionHost, stopping: asyncio.Event) -> None:
+    while not stopping.is_set():
+        await asyncio.sleep(host.settings.reclaim_interval_ms / 1000)
+        try:
+            live = await registry.live_ids(host.redis, "worker")
+            live.add(host.id)
+            for key in host.loaded:
+                for entry in await streams.reclaim_dead(
+                    host.redis, keys.batch_stream(*key), keys.WORKER_GROUP, host.id, live
+                ):
+                    metrics.child(metrics.RECLAIMED, "worker", *key).inc()
+                    host.requeue(key, entry)
+        except Exception:
+            log.exception("reclaim failed")
