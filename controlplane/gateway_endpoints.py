@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from controlplane.resources import Endpoint
 from shared import keys
 
-log = logging.getLogger("controlplane.registry")
+log = logging.getLogger("controlplane.gateway_endpoints")
 
 _UNSPECIFIED = {"", "0.0.0.0", "::", "[::]"}
 
