@@ -42,6 +42,8 @@ async def serve(route: Route, host: str, port: int) -> asyncio.Server:
             await _exchange(route, reader, writer)
         except (TimeoutError, ConnectionError):
             pass
+        except Exception:  # a failing route closes its connection, never the server
+            log.exception("health endpoint failed to answer")
         finally:
             writer.close()
             with contextlib.suppress(Exception):
