@@ -1,8 +1,9 @@
-"""``/metrics`` and ``/v2/health/{live,ready}`` on a tiny asyncio HTTP server.
+"""``/metrics`` and ``/v2/health/{live,ready}`` of the control plane.
 
-The control plane has no other HTTP surface, so a framework would be all cost: this answers the
+The control plane has no other HTTP surface, so a framework would be all cost: these are the
 three GETs that Prometheus and the orchestrators (compose healthcheck, Kubernetes probes) send,
-with the same paths as the gateway's health endpoints.
+with the same paths as the gateway's health endpoints, served by the schedulers' and workers'
+small h11 server (``shared.health_http``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from controlplane.metrics import Metrics
+from shared import health_http
 
 log = logging.getLogger("controlplane.health")
-
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
 class HealthServer:
@@ -28,7 +28,8 @@ class HealthServer:
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._handle, host, port)
+        """Listen (port 0: any free one) and return the bound port; a port in use is an error."""
+        self._server = await health_http.serve(self.route, host, port)
         bound = self._server.sockets[0].getsockname()[1]
         log.info("health server listening", extra={"host": host, "port": bound})
         return int(bound)
@@ -36,7 +37,8 @@ class HealthServer:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
 
     def route(self, method: str, path: str) -> tuple[int, str, bytes]:
         """Status, content type and body for one request (pure, for the tests)."""
@@ -52,22 +54,3 @@ class HealthServer:
                 return 200, "text/plain", b"ready\n"
             return 503, "text/plain", b"no snapshot published yet\n"
         return 404, "text/plain", b"not found\n"
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
-            method, path, *_ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
-            status, content_type, body = self.route(method, path)
-            writer.write(
-                f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1")
-            )
-            if method != "HEAD":
-                writer.write(body)
-            await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()

@@ -1,5 +1,9 @@
 """The ``protoc-gen-validate`` rules that Envoy enforces, checked here before anything is sent.
 
+Not PyPI's ``protoc-gen-validate``: its validator skips ``Any`` payloads (Envoy's
+``typed_config``: the HTTP connection manager, its filters), which Envoy validates; nor
+``protovalidate``: it reads ``buf.validate`` rules, which Envoy's protos do not carry.
+
 Envoy rejects (NACKs) a resource that breaks one of the ``(validate.rules)`` annotations in its
 API protos, e.g. a port above 65535 or an empty cluster name. Envoy then keeps its last good
 config, but the fleet is stuck on a version the control plane believes is applied. Checking the

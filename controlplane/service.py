@@ -18,9 +18,9 @@ from redis.exceptions import RedisError
 
 from controlplane import resources
 from controlplane.ads import AggregatedDiscoveryService, add_to_server
+from controlplane.gateway_endpoints import Resolver, live_gateways
 from controlplane.health import HealthServer
 from controlplane.metrics import Metrics
-from controlplane.registry import Resolver, live_gateways
 from controlplane.settings import ControlPlaneSettings
 from controlplane.snapshot import InvalidSnapshot, SnapshotStore
 from shared import logs, redis_conn

@@ -1,9 +1,9 @@
 """Protocol-neutral error codes.
 
 Every service raises :class:`ConchError` with one of these codes; the gateway maps a code to an
-HTTP status (and, later, a gRPC status) in exactly one place each. The codes follow Triton's
-``TRITONSERVER_Error_Code`` so that clients see the statuses Triton would give them, plus the
-three that Triton has no use for (authentication, permission, rate limiting).
+HTTP status and to a gRPC status, in one place each (``gateway/errors.py``). The codes follow
+Triton's ``TRITONSERVER_Error_Code`` so that clients see the statuses Triton would give them,
+plus four that Triton has no code for (deadlines, authentication, permission, rate limiting).
 """
 
 from __future__ import annotations

@@ -1,10 +1,18 @@
-"""One long-lived Redis connection pool per process, shared by every task in it."""
+"""One long-lived Redis connection pool per process, shared by every task in it.
+
+Commands are packed by hiredis, which replaces redis-py's ``Connection.pack_command``: not a
+public extension point, so redis-py is pinned (pyproject.toml) and importing this module fails
+with both versions named when another redis-py is installed or the method is gone.
+"""
 
 from __future__ import annotations
+
+from importlib import metadata
 
 import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.connection import (
+    AbstractConnection,
     Connection,
     SSLConnection,
     UnixDomainSocketConnection,
@@ -14,6 +22,32 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError
+
+# The redis-py release the hook below was checked against; pyproject.toml pins the same.
+REDIS_PY_VERSION = "8.1.0"
+
+
+class RedisPyMismatch(ImportError):
+    """The installed redis-py is not the one ``pack_command``'s replacement was written for."""
+
+
+def check_redis_py(installed: str, connection_class: type = AbstractConnection) -> None:
+    """Raise :class:`RedisPyMismatch` unless ``installed`` is the pinned release and
+    ``connection_class`` still defines the ``pack_command`` this module replaces."""
+    if installed != REDIS_PY_VERSION:
+        raise RedisPyMismatch(
+            f"shared.redis_conn replaces Connection.pack_command of redis-py {REDIS_PY_VERSION}, "
+            f"but redis-py {installed} is installed: install redis=={REDIS_PY_VERSION} (as "
+            "pyproject.toml pins it), or check the hook against this release and move both pins"
+        )
+    if not callable(vars(connection_class).get("pack_command")):
+        raise RedisPyMismatch(
+            f"redis-py {installed} has no {connection_class.__name__}.pack_command, the method "
+            "shared.redis_conn replaces; the hook needs rewriting for this release"
+        )
+
+
+check_redis_py(metadata.version("redis"))
 
 
 class _HiredisPacking:

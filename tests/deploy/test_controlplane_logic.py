@@ -13,9 +13,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from controlplane import bootstrap, launch, pgv, resources
+from controlplane.gateway_endpoints import Registration, Resolver, live_gateways
 from controlplane.health import HealthServer
 from controlplane.metrics import Metrics
-from controlplane.registry import Registration, Resolver, live_gateways
 from controlplane.service import ControlPlane
 from controlplane.settings import ControlPlaneSettings
 from controlplane.snapshot import InvalidSnapshot, SnapshotStore, validate

@@ -1,4 +1,4 @@
-"""shared/metrics.py and shared/tracing.py without a mesh: exposition, multiprocess
+"""shared/metrics/ and shared/tracing.py without a mesh: exposition, multiprocess
 aggregation, the counters behind the statistics extension, and trace propagation."""
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Live gateways, as the gateways themselves announce them in Redis.
 
-A gateway is live while its score in ``conch:services:gateway`` (its heartbeat expiry, ms since
-the epoch) is in the future; its address is in ``conch:service:gateway:<id>``. Several gateway
-processes may share one HTTP port (uvicorn workers), so entries are merged by address and port.
-Envoy only accepts IP addresses in EDS, so names (compose service names) are resolved here, and
-an unspecified address (a gateway that bound 0.0.0.0 and advertised it) is mapped to a fallback.
+A gateway is live while its score in ``keys.service_registry("gateway")`` (its heartbeat expiry,
+ms since the epoch) is in the future; its address is in ``keys.service_info("gateway", id)``.
+Several gateway processes may share one HTTP port (uvicorn workers), so entries are merged by
+address and port. Envoy only accepts IP addresses in EDS, so names (compose service names) are
+resolved here, and an unspecified address (a gateway that bound 0.0.0.0 and advertised it) is
+mapped to a fallback.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import redis.asyncio as aioredis
 from controlplane.resources import Endpoint
 from shared import keys
 
-log = logging.getLogger("controlplane.registry")
+log = logging.getLogger("controlplane.gateway_endpoints")
 
 _UNSPECIFIED = {"", "0.0.0.0", "::", "[::]"}
 
