@@ -41,3 +41,9 @@ def test_the_docker_constraints_pin_the_same_uvicorn() -> None:
     constraints = Path(__file__).resolve().parents[2] / "docker" / "constraints.txt"
     pins = [line.strip() for line in constraints.read_text().splitlines()]
     assert f"uvicorn=={http_protocol.UVICORN_VERSION}" in pins
+
+
+def test_the_package_pins_the_same_uvicorn() -> None:
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    pins = [line.strip().strip('",') for line in pyproject.read_text().splitlines()]
+    assert f"uvicorn=={http_protocol.UVICORN_VERSION}" in pins
