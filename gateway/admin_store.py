@@ -32,7 +32,7 @@ from gateway.admin_validation import (
     validate_weights,
 )
 from gateway.traffic_table import Shadow, decode_shadow, decode_weights
-from shared import keys, registry
+from shared import keys, readiness
 from shared.errors import invalid, not_found
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class AdminStore:
             raise not_found(f"unknown model '{model}': no worker has loaded it")
 
     async def live_versions(self, model: str) -> list[int]:
-        versions = (await registry.ready_versions(self._redis, [model])).get(model, {})
+        versions = (await readiness.ready_versions(self._redis, [model])).get(model, {})
         return sorted(v for v, instances in versions.items() if instances > 0)
 
     async def get_weights(self, model: str) -> WeightsView:

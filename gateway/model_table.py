@@ -1,6 +1,6 @@
 """The gateway's view of the fleet: model configs and which versions have live workers.
 
-Re-read from Redis on a short interval (the registry is the truth; this is a cache that keeps a
+Re-read from Redis on a short interval (the published configurations in Redis are the truth; this is a cache that keeps a
 Redis round trip off the request path). A stale view can only cost a correct 503: the enqueue
 script checks liveness atomically in Redis.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import keys, periodic, registry
+from shared import keys, model_registry, periodic, readiness
 from shared.errors import not_found
 from shared.model_config import ModelConfig, TensorSpec
 
@@ -33,8 +33,8 @@ class ModelTable:
     async def refresh(self) -> None:
         rev = int(await self._redis.get(keys.models_rev()) or 0)
         if rev != self._rev:
-            self._rev, self.configs = await registry.read_models(self._redis)
-        self.versions = await registry.ready_versions(self._redis, list(self.configs))
+            self._rev, self.configs = await model_registry.read_models(self._redis)
+        self.versions = await readiness.ready_versions(self._redis, list(self.configs))
         self.loaded.set()
 
     async def run(self) -> None:

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 
 from gateway.model_table import ModelTable
 from gateway.traffic_table import decode_weights
-from shared import control, keys, model_config, registry
+from shared import clock, control, heartbeats, keys, model_config, model_registry, readiness
 from shared.errors import ConchError, ErrorCode, invalid, unavailable
 
 log = logging.getLogger(__name__)
@@ -40,9 +40,9 @@ class RepositoryControl:
     async def index(self, ready_only: bool) -> list[dict[str, str]]:
         disk = await control.read_index(self._redis)
         states = await control.read_states(self._redis)
-        _, configs = await registry.read_models(self._redis)
+        _, configs = await model_registry.read_models(self._redis)
         names = sorted(set(disk) | set(configs))
-        live = await registry.ready_versions(self._redis, names)
+        live = await readiness.ready_versions(self._redis, names)
         entries: list[dict[str, str]] = []
         for name in names:
             found = disk.get(name)
@@ -100,7 +100,7 @@ class RepositoryControl:
             raise invalid(
                 f"parameter 'versions' must be a list of positive version numbers, got {versions!r}"
             )
-        known = await registry.ready_versions(self._redis, [model])
+        known = await readiness.ready_versions(self._redis, [model])
         if not known.get(model) and not await self._redis.hexists(keys.models(), model):
             raise invalid(f"failed to unload '{model}': no such model is loaded")
         targets = [model]
@@ -134,7 +134,7 @@ class RepositoryControl:
 
     async def _forget(self, model: str, versions: list[int], weights: dict[int, int]) -> None:
         """Versions no live worker serves any more leave the version set and the weights."""
-        now = registry.now_ms()
+        now = clock.now_ms()
         async with self._redis.pipeline(transaction=False) as pipe:
             for version in versions:
                 pipe.zcount(keys.ready(model, version), now, "+inf")
@@ -164,7 +164,7 @@ class RepositoryControl:
         return sorted(found)
 
     async def _send(self, message: control.ControlMessage) -> list[control.ControlAck]:
-        workers = await registry.live_ids(self._redis, "worker")
+        workers = await heartbeats.live_ids(self._redis, "worker")
         if not workers:
             raise unavailable(
                 f"no live worker to {message.action} model '{message.model}'; start a worker"

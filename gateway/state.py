@@ -25,7 +25,7 @@ from gateway.repository_control import RepositoryControl
 from gateway.settings import GatewaySettings
 from gateway.traffic_table import TrafficTable
 from gateway.version_router import VersionRouter
-from shared import metrics, periodic, redis_conn, registry
+from shared import heartbeats, metrics, periodic, redis_conn
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class GatewayState:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         with contextlib.suppress(Exception):
-            await registry.deregister(self.redis, "gateway", self.id)
+            await heartbeats.deregister(self.redis, "gateway", self.id)
         await self.redis.aclose()
 
     async def refresh_policy(self) -> None:
@@ -95,7 +95,7 @@ class GatewayState:
         info = {"host": s.advertise_host, "port": str(s.http_port), "pid": str(os.getpid())}
         while True:
             try:
-                await registry.heartbeat(self.redis, "gateway", self.id, info, s.heartbeat_ttl_ms)
+                await heartbeats.heartbeat(self.redis, "gateway", self.id, info, s.heartbeat_ttl_ms)
             except asyncio.CancelledError:
                 raise
             except Exception:

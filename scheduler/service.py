@@ -18,7 +18,16 @@ from redis.exceptions import ResponseError
 
 from scheduler.settings import SchedulerSettings
 from scheduler.version_queue import VersionQueue
-from shared import envelope, keys, metrics, redis_conn, registry, streams
+from shared import (
+    envelope,
+    heartbeats,
+    keys,
+    metrics,
+    model_registry,
+    readiness,
+    redis_conn,
+    streams,
+)
 from shared.errors import ErrorCode
 from shared.health_http import HealthServer
 from shared.model_config import ModelConfig
@@ -61,7 +70,7 @@ class SchedulerService:
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
             await health.stop()
             try:
-                await registry.deregister(self.redis, "scheduler", self.id)
+                await heartbeats.deregister(self.redis, "scheduler", self.id)
             finally:
                 await self.redis.aclose()
 
@@ -70,7 +79,9 @@ class SchedulerService:
         info = {"pid": str(os.getpid()), "health_port": str(s.health_port)}
         while True:
             try:
-                await registry.heartbeat(self.redis, "scheduler", self.id, info, s.heartbeat_ttl_ms)
+                await heartbeats.heartbeat(
+                    self.redis, "scheduler", self.id, info, s.heartbeat_ttl_ms
+                )
             except Exception:
                 metrics.record_heartbeat("scheduler", False)
                 log.exception("scheduler heartbeat failed")
@@ -92,8 +103,8 @@ class SchedulerService:
     async def _refresh(self) -> None:
         rev = int(await self.redis.get(keys.models_rev()) or 0)
         if rev != self._rev:
-            self._rev, self._configs = await registry.read_models(self.redis)
-        versions = await registry.ready_versions(self.redis, list(self._configs))
+            self._rev, self._configs = await model_registry.read_models(self.redis)
+        versions = await readiness.ready_versions(self.redis, list(self._configs))
         for model, config in self._configs.items():
             for version, instances in versions.get(model, {}).items():
                 metrics.child(metrics.READY_INSTANCES, model, version).set(instances)
@@ -245,7 +256,7 @@ class SchedulerService:
         while True:
             await asyncio.sleep(self.settings.reclaim_interval_ms / 1000)
             try:
-                live = await registry.live_ids(self.redis, "scheduler")
+                live = await heartbeats.live_ids(self.redis, "scheduler")
                 live.add(self.id)
                 for stream in list(self._streams):
                     for entry in await streams.reclaim_dead(

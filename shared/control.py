@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import redis.asyncio as aioredis
 
-from shared import keys, registry
+from shared import clock, heartbeats, keys
 
 LOAD = "load"
 UNLOAD = "unload"
@@ -88,7 +88,7 @@ def new_message(
         model=model,
         config=config,
         versions=versions,
-        sent_ms=registry.now_ms(),
+        sent_ms=clock.now_ms(),
     )
 
 
@@ -154,7 +154,7 @@ async def collect(
                 acks.append(ack)
                 waiting.discard(ack.worker)
             continue
-        waiting &= await registry.live_ids(r, "worker")
+        waiting &= await heartbeats.live_ids(r, "worker")
         if waiting:
             await asyncio.sleep(0.05)
     await r.delete(key)

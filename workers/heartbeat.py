@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from shared import keys, metrics, registry, streams
+from shared import keys, metrics, model_registry, streams
 from workers.version_host import VersionHost
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ async def heartbeat_loop(host: VersionHost, stopping: asyncio.Event) -> None:
 
 async def _restore_after_redis_loss(host: VersionHost) -> None:
     configs = {v.model.config.name: v.model.config for v in host.loaded.values()}
-    if await registry.ensure_published(host.redis, list(configs.values())):
+    if await model_registry.ensure_published(host.redis, list(configs.values())):
         log.warning("redis had lost the model registry; restored", extra={"models": list(configs)})
         await streams.ensure_groups(
             host.redis, [keys.batch_stream(*key) for key in host.loaded], keys.WORKER_GROUP

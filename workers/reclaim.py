@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from shared import keys, metrics, registry, streams
+from shared import heartbeats, keys, metrics, streams
 from workers.version_host import VersionHost
 
 log = logging.getLogger(__name__)
@@ -20,7 +20,7 @@ async def reclaim_loop(host: VersionHost, stopping: asyncio.Event) -> None:
     while not stopping.is_set():
         await asyncio.sleep(host.settings.reclaim_interval_ms / 1000)
         try:
-            live = await registry.live_ids(host.redis, "worker")
+            live = await heartbeats.live_ids(host.redis, "worker")
             live.add(host.id)
             for key in host.loaded:
                 for entry in await streams.reclaim_dead(

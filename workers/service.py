@@ -4,7 +4,7 @@ Start-up loads what the repository and the fleet's desired state select (``worke
 then serves it (``workers.version_host``: one serving loop per instance, ``workers.batch_loop``)
 and marks it ready. While it runs, the heartbeat, the takeover of dead workers' batches and fleet
 control (load and unload while serving) run beside the serving loops. Shutdown stops taking
-batches, finishes the ones in flight, then leaves the registry.
+batches, finishes the ones in flight, then deregisters.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from shared import metrics, redis_conn, registry, repository
+from shared import heartbeats, metrics, readiness, redis_conn, repository
 from shared.health_http import HealthServer
 from workers.backend import Backend
 from workers.backend_table import load_backend
@@ -88,7 +88,7 @@ class WorkerService:
             task.cancel()
         loaded = self.versions.loaded
         try:
-            await registry.unmark_ready(self.redis, self.id, list(loaded))
+            await readiness.unmark_ready(self.redis, self.id, list(loaded))
         except Exception:
             log.exception("could not unmark readiness")
         serving = self.versions.serving_tasks
@@ -98,7 +98,7 @@ class WorkerService:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         try:
-            await registry.deregister(self.redis, "worker", self.id)
+            await heartbeats.deregister(self.redis, "worker", self.id)
         except Exception:
             log.exception("could not deregister")
         for version in loaded.values():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from shared import keys, registry, streams
+from shared import keys, model_registry, streams
 from shared.errors import ConchError
 from shared.repository import ScanResult
 from workers.loader import load_version
@@ -64,7 +64,7 @@ async def load_at_startup(scan: ScanResult, host: VersionHost) -> None:
                 },
             )
         if versions:
-            await registry.publish_model(redis, model.config)
+            await model_registry.publish_model(redis, model.config)
             await streams.ensure_groups(
                 redis, [keys.batch_stream(name, v) for v in versions], keys.WORKER_GROUP
             )

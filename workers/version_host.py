@@ -1,4 +1,4 @@
-"""The versions this worker serves: their instances, serving tasks and readiness in the registry.
+"""The versions this worker serves: their instances, serving tasks and readiness in Redis.
 
 Starting a version (``start``) loads it, serves it and marks it ready only once its instances are
 loaded and warmed up, so traffic never reaches a half-loaded version. Stopping one (``stop``)
@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 
 import redis.asyncio as aioredis
 
-from shared import keys, registry, streams
+from shared import clock, heartbeats, keys, model_registry, readiness, streams
 from shared.errors import ConchError
 from shared.repository import RepositoryModel
 from workers.backend import Backend, ModelInstance
@@ -61,7 +61,7 @@ class VersionHost:
         return self._serving
 
     def info(self) -> dict[str, str]:
-        """The worker's registry entry, refreshed with every heartbeat."""
+        """The worker's heartbeat info, refreshed with every heartbeat."""
         return {
             "backend": self.settings.backend,
             "pid": str(os.getpid()),
@@ -72,9 +72,9 @@ class VersionHost:
     async def announce(self) -> None:
         """Heartbeat, and mark every loaded version ready with its instance count."""
         ttl = self.settings.heartbeat_ttl_ms
-        await registry.heartbeat(self.redis, "worker", self.id, self.info(), ttl)
+        await heartbeats.heartbeat(self.redis, "worker", self.id, self.info(), ttl)
         counts = {key: len(v.instances) for key, v in self.loaded.items()}
-        await registry.mark_ready(self.redis, self.id, counts, ttl)
+        await readiness.mark_ready(self.redis, self.id, counts, ttl)
 
     def requeue(self, key: VersionKey, entry: streams.Entry) -> None:
         """A batch reclaimed from a dead worker: the version's next idle instance takes it."""
@@ -113,7 +113,7 @@ class VersionHost:
                 for done in loaded:  # all or nothing: the versions loaded so far go too
                     await asyncio.to_thread(unload_instances, done)
                 raise VersionLoadError(version, text) from exc
-        await registry.publish_model(self.redis, model.config)
+        await model_registry.publish_model(self.redis, model.config)
         await streams.ensure_groups(
             self.redis,
             [keys.batch_stream(name, lv.version) for lv in loaded],
@@ -143,14 +143,14 @@ class VersionHost:
         """Route around, unmark, drain, stop serving, unload: no queued request is lost."""
         model, version = key
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(keys.draining(), f"{model}:{version}", registry.now_ms())
+            pipe.hset(keys.draining(), f"{model}:{version}", clock.now_ms())
             pipe.incr(keys.policy_rev())
             await pipe.execute()
         await asyncio.sleep(self.settings.drain_route_delay_s)
         loaded = self.loaded.pop(key, None)
         if loaded is None:
             return
-        await registry.unmark_ready(self.redis, self.id, [key])
+        await readiness.unmark_ready(self.redis, self.id, [key])
         deadline = time.monotonic() + self.settings.drain_timeout_s
         while time.monotonic() < deadline:
             if await self._drained(loaded):

@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 
 from gateway.dataplane import ENQUEUE_LUA
 from gateway.enqueue import CoalescedScript
-from shared import envelope, keys, registry, streams
+from shared import clock, envelope, keys, readiness, streams
 from shared.envelope import InferRequest, RequestHeader, Tensor
 
 MODEL, VERSION, PRIORITY = "simple", 1, 1
@@ -61,14 +61,14 @@ def enqueue(request: pytest.FixtureRequest, aredis: aioredis.Redis):
 
     async def call(n: int = 0, max_queue: int = 0, now: int | None = None) -> int:
         header, data = payload(n)
-        now = registry.now_ms() if now is None else now
+        now = clock.now_ms() if now is None else now
         return int(await script(keys=[READY, STREAM], args=[now, max_queue, header, data]))
 
     return call
 
 
 async def ready_worker(r: aioredis.Redis, ttl_ms: int = 60_000) -> None:
-    await registry.mark_ready(r, "worker-1", {(MODEL, VERSION): 1}, ttl_ms=ttl_ms)
+    await readiness.mark_ready(r, "worker-1", {(MODEL, VERSION): 1}, ttl_ms=ttl_ms)
 
 
 # --- no live worker ------------------------------------------------------------------------------
@@ -90,12 +90,12 @@ async def test_a_worker_whose_readiness_expired_is_not_live(
 
 async def test_readiness_is_judged_at_the_callers_now(aredis: aioredis.Redis, enqueue) -> None:
     await ready_worker(aredis, ttl_ms=1_000)
-    assert await enqueue(now=registry.now_ms() + 5_000) == -1
+    assert await enqueue(now=clock.now_ms() + 5_000) == -1
     assert await enqueue() == 1
 
 
 async def test_a_worker_of_another_version_does_not_count(aredis: aioredis.Redis, enqueue) -> None:
-    await registry.mark_ready(aredis, "worker-1", {(MODEL, VERSION + 1): 1}, ttl_ms=60_000)
+    await readiness.mark_ready(aredis, "worker-1", {(MODEL, VERSION + 1): 1}, ttl_ms=60_000)
     assert await enqueue() == -1
 
 
@@ -171,7 +171,7 @@ async def test_space_frees_when_the_scheduler_deletes_entries(
 async def test_no_worker_is_reported_before_a_full_queue(aredis: aioredis.Redis, enqueue) -> None:
     await ready_worker(aredis)
     await enqueue(0, max_queue=1)
-    await registry.unmark_ready(aredis, "worker-1", [(MODEL, VERSION)])
+    await readiness.unmark_ready(aredis, "worker-1", [(MODEL, VERSION)])
     assert await enqueue(1, max_queue=1) == -1
 
 
@@ -188,7 +188,7 @@ async def test_coalesced_calls_share_a_pipeline_and_survive_a_script_flush(aredi
     script = CoalescedScript(aredis, ENQUEUE_LUA)
     await aredis.script_flush()  # the first pipeline meets NOSCRIPT and must recover
     results = await asyncio.gather(
-        *(script([READY, STREAM], [registry.now_ms(), 30, *payload(n)]) for n in range(40))
+        *(script([READY, STREAM], [clock.now_ms(), 30, *payload(n)]) for n in range(40))
     )
     assert sorted(results) == [-2] * 10 + [1] * 30
     assert await aredis.xlen(STREAM) == 30

@@ -15,7 +15,7 @@ from gateway.admin_bodies import TenantBody, WeightsBody
 from gateway.admin_store import AdminStore
 from gateway.auth import RateLimit, TenantTable
 from gateway.traffic_table import Shadow, TrafficTable
-from shared import control, keys, registry, repository
+from shared import control, heartbeats, keys, model_registry, readiness, repository
 from shared.errors import ConchError, ErrorCode
 from shared.model_config import parse_pbtxt
 from workers.control import ModelControl
@@ -33,8 +33,8 @@ CONFIG = parse_pbtxt(
 
 @pytest.fixture
 async def store(aredis: aioredis.Redis) -> AdminStore:
-    await registry.publish_model(aredis, CONFIG)
-    await registry.mark_ready(aredis, "worker-a", {("simple", 1): 1, ("simple", 3): 1}, 60_000)
+    await model_registry.publish_model(aredis, CONFIG)
+    await readiness.mark_ready(aredis, "worker-a", {("simple", 1): 1, ("simple", 3): 1}, 60_000)
     return AdminStore(aredis)
 
 
@@ -146,8 +146,8 @@ async def test_tables_reload_only_when_the_revision_moves(
 async def test_control_messages_reach_workers_and_collect_their_answers(
     aredis: aioredis.Redis,
 ) -> None:
-    await registry.heartbeat(aredis, "worker", "w1", {}, 60_000)
-    await registry.heartbeat(aredis, "worker", "w2", {}, 60_000)
+    await heartbeats.heartbeat(aredis, "worker", "w1", {}, 60_000)
+    await heartbeats.heartbeat(aredis, "worker", "w2", {}, 60_000)
     cursor = await control.last_id(aredis)
     message = control.new_message(control.UNLOAD, "simple", versions=[1])
     await control.publish(aredis, message)
@@ -158,7 +158,7 @@ async def test_control_messages_reach_workers_and_collect_their_answers(
     async def answer_later() -> None:
         await asyncio.sleep(0.1)
         await control.answer(aredis, message.id, control.ControlAck(worker="w1", status="ok"))
-        await registry.deregister(aredis, "worker", "w2")  # w2 dies without answering
+        await heartbeats.deregister(aredis, "worker", "w2")  # w2 dies without answering
 
     task = asyncio.create_task(answer_later())
     acks, missing = await control.collect(aredis, message.id, {"w1", "w2"}, timeout_s=5)

@@ -10,7 +10,7 @@ import asyncio
 
 import redis.asyncio as aioredis
 
-from shared import keys, registry
+from shared import clock, heartbeats, keys, model_registry, readiness
 from shared.model_config import ModelConfig, parse_pbtxt
 
 SHORT_TTL_MS = 60
@@ -46,26 +46,26 @@ def config(name: str = "simple", max_batch_size: int = 8, delay_us: int = 100) -
 
 
 async def test_heartbeat_makes_a_service_live(aredis: aioredis.Redis) -> None:
-    await registry.heartbeat(aredis, "gateway", "gw-1", {"port": "8000"}, ttl_ms=5_000)
-    assert await registry.live_ids(aredis, "gateway") == {"gw-1"}
+    await heartbeats.heartbeat(aredis, "gateway", "gw-1", {"port": "8000"}, ttl_ms=5_000)
+    assert await heartbeats.live_ids(aredis, "gateway") == {"gw-1"}
     info = await aredis.hgetall(keys.service_info("gateway", "gw-1"))
     assert info == {b"port": b"8000"}
 
 
 async def test_liveness_is_per_kind(aredis: aioredis.Redis) -> None:
-    await registry.heartbeat(aredis, "scheduler", "s-1", {}, ttl_ms=5_000)
-    await registry.heartbeat(aredis, "worker", "w-1", {}, ttl_ms=5_000)
-    assert await registry.live_ids(aredis, "scheduler") == {"s-1"}
-    assert await registry.live_ids(aredis, "worker") == {"w-1"}
-    assert await registry.live_ids(aredis, "gateway") == set()
+    await heartbeats.heartbeat(aredis, "scheduler", "s-1", {}, ttl_ms=5_000)
+    await heartbeats.heartbeat(aredis, "worker", "w-1", {}, ttl_ms=5_000)
+    assert await heartbeats.live_ids(aredis, "scheduler") == {"s-1"}
+    assert await heartbeats.live_ids(aredis, "worker") == {"w-1"}
+    assert await heartbeats.live_ids(aredis, "gateway") == set()
 
 
 async def test_heartbeat_expires_without_a_refresh(aredis: aioredis.Redis) -> None:
-    await registry.heartbeat(aredis, "scheduler", "dying", {"pid": "1"}, ttl_ms=SHORT_TTL_MS)
-    await registry.heartbeat(aredis, "scheduler", "steady", {"pid": "2"}, ttl_ms=60_000)
-    assert await registry.live_ids(aredis, "scheduler") == {"dying", "steady"}
+    await heartbeats.heartbeat(aredis, "scheduler", "dying", {"pid": "1"}, ttl_ms=SHORT_TTL_MS)
+    await heartbeats.heartbeat(aredis, "scheduler", "steady", {"pid": "2"}, ttl_ms=60_000)
+    assert await heartbeats.live_ids(aredis, "scheduler") == {"dying", "steady"}
     await asyncio.sleep(SHORT_TTL_MS / 1000 + 0.05)
-    assert await registry.live_ids(aredis, "scheduler") == {"steady"}
+    assert await heartbeats.live_ids(aredis, "scheduler") == {"steady"}
     # Its details expire with it.
     assert await aredis.exists(keys.service_info("scheduler", "dying")) == 0
     assert await aredis.exists(keys.service_info("scheduler", "steady")) == 1
@@ -73,23 +73,23 @@ async def test_heartbeat_expires_without_a_refresh(aredis: aioredis.Redis) -> No
 
 async def test_refreshed_heartbeat_stays_live(aredis: aioredis.Redis) -> None:
     for _ in range(4):
-        await registry.heartbeat(aredis, "worker", "w", {}, ttl_ms=REFRESH_TTL_MS)
+        await heartbeats.heartbeat(aredis, "worker", "w", {}, ttl_ms=REFRESH_TTL_MS)
         await asyncio.sleep(REFRESH_TTL_MS / 1000 / 3)
-    assert await registry.live_ids(aredis, "worker") == {"w"}
+    assert await heartbeats.live_ids(aredis, "worker") == {"w"}
 
 
 async def test_heartbeat_refresh_updates_the_info(aredis: aioredis.Redis) -> None:
-    await registry.heartbeat(aredis, "worker", "w", {"models": "a"}, ttl_ms=5_000)
-    await registry.heartbeat(aredis, "worker", "w", {"models": "a,b"}, ttl_ms=5_000)
+    await heartbeats.heartbeat(aredis, "worker", "w", {"models": "a"}, ttl_ms=5_000)
+    await heartbeats.heartbeat(aredis, "worker", "w", {"models": "a,b"}, ttl_ms=5_000)
     info_key = keys.service_info("worker", "w")
     assert await aredis.hget(info_key, "models") == b"a,b"
     assert 0 < await aredis.pttl(info_key) <= 5_000
 
 
 async def test_deregister_removes_a_service_at_once(aredis: aioredis.Redis) -> None:
-    await registry.heartbeat(aredis, "gateway", "gw", {"port": "1"}, ttl_ms=60_000)
-    await registry.deregister(aredis, "gateway", "gw")
-    assert await registry.live_ids(aredis, "gateway") == set()
+    await heartbeats.heartbeat(aredis, "gateway", "gw", {"port": "1"}, ttl_ms=60_000)
+    await heartbeats.deregister(aredis, "gateway", "gw")
+    assert await heartbeats.live_ids(aredis, "gateway") == set()
     assert await aredis.exists(keys.service_info("gateway", "gw")) == 0
 
 
@@ -97,38 +97,38 @@ async def test_deregister_removes_a_service_at_once(aredis: aioredis.Redis) -> N
 
 
 async def test_mark_ready_reports_live_instances_per_version(aredis: aioredis.Redis) -> None:
-    await registry.mark_ready(aredis, "w1", {("simple", 1): 2, ("simple", 2): 1}, ttl_ms=5_000)
-    await registry.mark_ready(aredis, "w2", {("simple", 1): 3}, ttl_ms=5_000)
-    state = await registry.ready_versions(aredis, ["simple"])
+    await readiness.mark_ready(aredis, "w1", {("simple", 1): 2, ("simple", 2): 1}, ttl_ms=5_000)
+    await readiness.mark_ready(aredis, "w2", {("simple", 1): 3}, ttl_ms=5_000)
+    state = await readiness.ready_versions(aredis, ["simple"])
     assert state == {"simple": {1: 5, 2: 1}}
 
 
 async def test_readiness_expires_with_the_worker(aredis: aioredis.Redis) -> None:
-    await registry.mark_ready(aredis, "dying", {("simple", 1): 2}, ttl_ms=SHORT_TTL_MS)
-    await registry.mark_ready(aredis, "steady", {("simple", 1): 1}, ttl_ms=60_000)
-    assert await registry.ready_versions(aredis, ["simple"]) == {"simple": {1: 3}}
+    await readiness.mark_ready(aredis, "dying", {("simple", 1): 2}, ttl_ms=SHORT_TTL_MS)
+    await readiness.mark_ready(aredis, "steady", {("simple", 1): 1}, ttl_ms=60_000)
+    assert await readiness.ready_versions(aredis, ["simple"]) == {"simple": {1: 3}}
     await asyncio.sleep(SHORT_TTL_MS / 1000 + 0.05)
-    assert await registry.ready_versions(aredis, ["simple"]) == {"simple": {1: 1}}
+    assert await readiness.ready_versions(aredis, ["simple"]) == {"simple": {1: 1}}
 
 
 async def test_a_version_once_loaded_stays_listed_with_zero_instances(
     aredis: aioredis.Redis,
 ) -> None:
-    await registry.mark_ready(aredis, "w", {("simple", 3): 1}, ttl_ms=SHORT_TTL_MS)
+    await readiness.mark_ready(aredis, "w", {("simple", 3): 1}, ttl_ms=SHORT_TTL_MS)
     await asyncio.sleep(SHORT_TTL_MS / 1000 + 0.05)
-    assert await registry.ready_versions(aredis, ["simple"]) == {"simple": {3: 0}}
+    assert await readiness.ready_versions(aredis, ["simple"]) == {"simple": {3: 0}}
 
 
 async def test_unmark_ready_removes_only_the_given_versions(aredis: aioredis.Redis) -> None:
-    await registry.mark_ready(aredis, "w", {("simple", 1): 1, ("simple", 2): 4}, ttl_ms=60_000)
-    await registry.unmark_ready(aredis, "w", [("simple", 1)])
-    assert await registry.ready_versions(aredis, ["simple"]) == {"simple": {1: 0, 2: 4}}
+    await readiness.mark_ready(aredis, "w", {("simple", 1): 1, ("simple", 2): 4}, ttl_ms=60_000)
+    await readiness.unmark_ready(aredis, "w", [("simple", 1)])
+    assert await readiness.ready_versions(aredis, ["simple"]) == {"simple": {1: 0, 2: 4}}
 
 
 async def test_ready_versions_for_unknown_models_and_no_models(aredis: aioredis.Redis) -> None:
-    await registry.mark_ready(aredis, "w", {("simple", 1): 1}, ttl_ms=60_000)
-    assert await registry.ready_versions(aredis, []) == {}
-    assert await registry.ready_versions(aredis, ["simple", "ghost"]) == {
+    await readiness.mark_ready(aredis, "w", {("simple", 1): 1}, ttl_ms=60_000)
+    assert await readiness.ready_versions(aredis, []) == {}
+    assert await readiness.ready_versions(aredis, ["simple", "ghost"]) == {
         "simple": {1: 1},
         "ghost": {},
     }
@@ -136,30 +136,30 @@ async def test_ready_versions_for_unknown_models_and_no_models(aredis: aioredis.
 
 async def test_the_readiness_set_is_what_admission_reads(aredis: aioredis.Redis) -> None:
     """The gateway's enqueue script counts members of keys.ready with a score ahead of now."""
-    await registry.mark_ready(aredis, "w", {("simple", 1): 1}, ttl_ms=60_000)
-    now = registry.now_ms()
+    await readiness.mark_ready(aredis, "w", {("simple", 1): 1}, ttl_ms=60_000)
+    now = clock.now_ms()
     assert await aredis.zcount(keys.ready("simple", 1), now, "+inf") == 1
     assert await aredis.sismember(keys.model_versions("simple"), "1")
 
 
 async def test_refreshing_readiness_keeps_a_worker_ready(aredis: aioredis.Redis) -> None:
     for _ in range(4):
-        await registry.mark_ready(aredis, "w", {("simple", 1): 2}, ttl_ms=REFRESH_TTL_MS)
+        await readiness.mark_ready(aredis, "w", {("simple", 1): 2}, ttl_ms=REFRESH_TTL_MS)
         await asyncio.sleep(REFRESH_TTL_MS / 1000 / 3)
-    assert await registry.ready_versions(aredis, ["simple"]) == {"simple": {1: 2}}
+    assert await readiness.ready_versions(aredis, ["simple"]) == {"simple": {1: 2}}
 
 
 # --- published configurations ------------------------------------------------------------------
 
 
 async def test_nothing_published_reads_as_revision_0(aredis: aioredis.Redis) -> None:
-    assert await registry.read_models(aredis) == (0, {})
+    assert await model_registry.read_models(aredis) == (0, {})
 
 
 async def test_publish_model_round_trips_the_configuration(aredis: aioredis.Redis) -> None:
     original = config()
-    await registry.publish_model(aredis, original)
-    rev, configs = await registry.read_models(aredis)
+    await model_registry.publish_model(aredis, original)
+    rev, configs = await model_registry.read_models(aredis)
     assert rev == 1
     assert list(configs) == ["simple"]
     assert configs["simple"] == original
@@ -174,10 +174,10 @@ async def test_publish_model_round_trips_the_configuration(aredis: aioredis.Redi
 async def test_each_publish_bumps_the_revision_and_replaces_the_config(
     aredis: aioredis.Redis,
 ) -> None:
-    await registry.publish_model(aredis, config("simple", delay_us=100))
-    await registry.publish_model(aredis, config("other"))
-    await registry.publish_model(aredis, config("simple", delay_us=900))
-    rev, configs = await registry.read_models(aredis)
+    await model_registry.publish_model(aredis, config("simple", delay_us=100))
+    await model_registry.publish_model(aredis, config("other"))
+    await model_registry.publish_model(aredis, config("simple", delay_us=900))
+    rev, configs = await model_registry.read_models(aredis)
     assert rev == 3
     assert set(configs) == {"simple", "other"}
     batching = configs["simple"].dynamic_batching
