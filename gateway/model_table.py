@@ -1,7 +1,7 @@
 """The gateway's view of the fleet: model configs and which versions have live workers.
 
-Re-read from Redis on a short interval (the published configurations in Redis are the truth; this is a cache that keeps a
-Redis round trip off the request path). A stale view can only cost a correct 503: the enqueue
+Re-read from Redis on a short interval (the configurations published in Redis are the truth;
+this is a cache that keeps a Redis round trip off the request path). A stale view can only cost a correct 503: the enqueue
 script checks liveness atomically in Redis.
 """
 
