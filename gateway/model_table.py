@@ -1,8 +1,8 @@
 """The gateway's view of the fleet: model configs and which versions have live workers.
 
 Re-read from Redis on a short interval (the configurations published in Redis are the truth;
-this is a cache that keeps a Redis round trip off the request path). A stale view can only cost a correct 503: the enqueue
-script checks liveness atomically in Redis.
+this is a cache that keeps a Redis round trip off the request path). A stale view can only
+cost a correct 503: the enqueue script checks liveness atomically in Redis.
 """
 
 from __future__ import annotations
