@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from shared import http_wait
+from conch import http_wait
 
 
 def _wait_http(url: str, timeout_s: float) -> None:
@@ -25,7 +25,7 @@ def start_mesh(repo: Path, port: int) -> subprocess.Popen[bytes]:
         [
             sys.executable,
             "-m",
-            "shared.cli",
+            "conch",
             "up",
             "--model-repository",
             str(repo),

@@ -10,6 +10,7 @@ RUN python -m venv /opt/conch
 COPY docker/constraints.txt /tmp/constraints.txt
 COPY pyproject.toml README.md ./
 COPY shared ./shared
+COPY conch ./conch
 COPY gateway ./gateway
 COPY scheduler ./scheduler
 COPY workers ./workers

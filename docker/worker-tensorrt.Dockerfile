@@ -16,6 +16,7 @@ RUN python3 -m venv --system-site-packages /opt/conch
 COPY docker/constraints.txt /tmp/constraints.txt
 COPY pyproject.toml README.md ./
 COPY shared ./shared
+COPY conch ./conch
 COPY gateway ./gateway
 COPY scheduler ./scheduler
 COPY workers ./workers

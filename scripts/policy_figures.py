@@ -31,7 +31,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shared.redis_server import PrivateRedis  # noqa: E402
+from conch.private_redis import PrivateRedis  # noqa: E402
 from tests.mesh import Mesh  # noqa: E402
 from tests.policy_mesh import (  # noqa: E402
     ADMIN_TOKEN,

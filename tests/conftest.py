@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from shared.redis_server import PrivateRedis
+from conch.private_redis import PrivateRedis
 from tests.mesh import flush_database
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,8 +19,8 @@ import psutil
 import pytest
 import redis
 
-from shared.ports import free_port
-from shared.prometheus_local import binary as prometheus_binary
+from conch.local_prometheus import binary as prometheus_binary
+from conch.ports import free_port
 
 needs_prometheus = pytest.mark.skipif(
     prometheus_binary() is None,
@@ -33,7 +33,7 @@ def start_conch_up(repository: Path, *args: str) -> subprocess.Popen[str]:
     """`conch up` as a user runs it: its own private Redis and a free gRPC port, output piped
     (stdout and stderr together) for the test to read."""
     env = {k: v for k, v in os.environ.items() if k != "CONCH_REDIS_URL"}
-    argv = [sys.executable, "-m", "shared.cli", "up", "--grpc-port", str(free_port())]
+    argv = [sys.executable, "-m", "conch", "up", "--grpc-port", str(free_port())]
     return subprocess.Popen(
         [*argv, "--model-repository", str(repository), *args],
         stdout=subprocess.PIPE,

@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import deploy_procs as procs
 import manifests
 
-from controlplane import launch
-from shared.redis_server import PrivateRedis
+from conch import envoy_edge
+from conch.private_redis import PrivateRedis
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,7 +40,7 @@ def edge_redis_url(deploy_tmp: Path) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def envoy_path() -> str:
     try:
-        return launch.envoy_binary()
+        return envoy_edge.envoy_binary()
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
 
@@ -49,7 +49,7 @@ def envoy_path() -> str:
 def edge(edge_redis_url: str, deploy_tmp: Path, envoy_path: str) -> Iterator[procs.Edge]:
     """The control plane and Envoy as ``conch up --with-envoy`` would start them."""
     workdir = deploy_tmp / "edge"
-    plan = launch.plan_edge(
+    plan = envoy_edge.plan_edge(
         edge_redis_url, procs.free_port(), workdir=workdir, envoy_path=envoy_path, concurrency=1
     )
     plane = procs.Proc("controlplane", plan.controlplane.argv, plan.controlplane.env, deploy_tmp)

@@ -12,8 +12,13 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
+<<<<<<< HEAD
 from controlplane import bootstrap, launch, pgv, resources
 from controlplane.gateway_endpoints import Registration, Resolver, live_gateways
+=======
+from conch import envoy_bootstrap, envoy_edge
+from controlplane import pgv, resources
+>>>>>>> i11-conch
 from controlplane.health import HealthServer
 from controlplane.metrics import Metrics
 from controlplane.service import ControlPlane
@@ -172,7 +177,7 @@ def test_health_routes() -> None:
 
 
 def test_launch_plan_for_conch_up(tmp_path: object) -> None:
-    plan = launch.plan_edge(
+    plan = envoy_edge.plan_edge(
         "redis://127.0.0.1:6390/0",
         8080,
         workdir=str(tmp_path),
@@ -196,7 +201,7 @@ def test_launch_plan_for_conch_up(tmp_path: object) -> None:
     assert plan.public_url == "http://127.0.0.1:8080"
     assert plan.controlplane.environ({"A": "1"})["A"] == "1"
     assert (
-        bootstrap.render(xds_host="x", xds_port=1, metrics_port=None)["static_resources"][
+        envoy_bootstrap.render(xds_host="x", xds_port=1, metrics_port=None)["static_resources"][
             "listeners"
         ]
         == []
@@ -205,7 +210,7 @@ def test_launch_plan_for_conch_up(tmp_path: object) -> None:
 
 async def test_a_redis_outage_keeps_the_last_snapshot_in_force() -> None:
     """With the registry unreadable, Envoy keeps being served what it had."""
-    dead_port = launch.free_port()
+    dead_port = envoy_edge.free_port()
     settings = _settings(
         redis_url=f"redis://127.0.0.1:{dead_port}/0",
         xds_host="127.0.0.1",

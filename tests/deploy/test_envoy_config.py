@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from controlplane import bootstrap, launch, resources
+from conch import envoy_bootstrap, envoy_edge
+from controlplane import resources
 from controlplane.settings import ControlPlaneSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,7 @@ def envoy_validate(envoy_path: str, config: dict[str, Any] | Path, tmp_path: Pat
 def _static(settings: ControlPlaneSettings, endpoints: set[resources.Endpoint]) -> dict[str, Any]:
     """A bootstrap carrying the snapshot's listener, route and cluster as static resources."""
     built = resources.build(settings, endpoints)
-    config = bootstrap.render(xds_host="127.0.0.1", xds_port=18000)
+    config = envoy_bootstrap.render(xds_host="127.0.0.1", xds_port=18000)
 
     def as_dict(msg: Any) -> dict[str, Any]:
         return json_format.MessageToDict(msg, preserving_proto_field_name=True)
@@ -69,7 +70,7 @@ def test_deployed_bootstrap_is_accepted_by_envoy(
 
 
 def test_launch_bootstrap_is_accepted_by_envoy(envoy_path: str, tmp_path: Path) -> None:
-    plan = launch.plan_edge(
+    plan = envoy_edge.plan_edge(
         "redis://127.0.0.1:6379/0", 18080, workdir=tmp_path, envoy_path=envoy_path
     )
     envoy_validate(envoy_path, plan.bootstrap_path, tmp_path)

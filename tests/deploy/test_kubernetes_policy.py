@@ -13,7 +13,7 @@ import pytest
 import yaml
 from manifests import RENDERS
 
-from controlplane import bootstrap
+from conch import envoy_bootstrap
 
 ROOT = Path(__file__).resolve().parents[2]
 Docs = dict[str, list[dict[str, Any]]]
@@ -136,6 +136,6 @@ def test_copies_of_shared_configs_are_identical() -> None:
         assert (ROOT / copy_path).read_text() == (ROOT / original).read_text(), copy_path
 
 
-def test_envoy_bootstrap_is_what_controlplane_bootstrap_renders() -> None:
+def test_envoy_bootstrap_is_what_conch_envoy_bootstrap_renders() -> None:
     on_disk = yaml.safe_load((ROOT / "deploy/envoy/envoy.yaml").read_text())
-    assert on_disk == bootstrap.render(xds_host="controlplane", xds_port=18000)
+    assert on_disk == envoy_bootstrap.render(xds_host="controlplane", xds_port=18000)

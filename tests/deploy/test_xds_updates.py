@@ -17,7 +17,8 @@ import deploy_procs as procs
 import msgspec
 import pytest
 
-from controlplane import launch, resources
+from conch import envoy_edge
+from controlplane import resources
 from controlplane.service import ControlPlane
 from controlplane.settings import ControlPlaneSettings
 from controlplane.snapshot import InvalidSnapshot
@@ -40,7 +41,7 @@ async def _public_ok(url: str) -> bool:
 
 
 class Harness:
-    def __init__(self, plane: ControlPlane, plan: launch.EdgePlan, gateway_port: int):
+    def __init__(self, plane: ControlPlane, plan: envoy_edge.EdgePlan, gateway_port: int):
         self.plane = plane
         self.plan = plan
         self.endpoints = {resources.Endpoint("127.0.0.1", gateway_port)}
@@ -70,7 +71,7 @@ async def harness(edge_redis_url: str, log_dir: Path, envoy_path: str) -> AsyncI
     plane = ControlPlane(settings)
     await plane.start()
     plane.publish({resources.Endpoint("127.0.0.1", gateway_port)})
-    plan = launch.plan_edge(
+    plan = envoy_edge.plan_edge(
         edge_redis_url,
         listener_port,
         xds_port=plane.xds_port,

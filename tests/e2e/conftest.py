@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.redis_server import PrivateRedis
+from conch.private_redis import PrivateRedis
 from tests.mesh import Mesh, flush_database
 
 

@@ -17,7 +17,7 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as aiohttpclient
 from tritonclient.utils import InferenceServerException
 
-from shared.redis_server import PrivateRedis
+from conch.private_redis import PrivateRedis
 from tests.conftest import ROOT
 from tests.mesh import Mesh, flush_database
 

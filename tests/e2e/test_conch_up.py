@@ -16,7 +16,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from shared.ports import free_port
+from conch.ports import free_port
 from tests.mesh import ConchUpOutput, start_conch_up, stop_conch_up
 
 pytestmark = pytest.mark.e2e

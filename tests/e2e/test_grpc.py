@@ -14,8 +14,8 @@ import tritonclient.grpc.aio as aiogrpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from shared.ports import free_port
-from shared.redis_server import PrivateRedis
+from conch.ports import free_port
+from conch.private_redis import PrivateRedis
 from tests.mesh import Mesh, flush_database
 
 pytestmark = pytest.mark.e2e

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from conch.private_redis import PrivateRedis
 from shared import keys
-from shared.redis_server import PrivateRedis
 from tests.mesh import Mesh, flush_database
 from tests.policy_mesh import (
     ADMIN_TOKEN,
@@ -384,7 +384,7 @@ def test_openapi_schema_documents_the_admin_api(admin: Admin) -> None:
 
 
 def test_cli_sets_and_reads_weights(policy_mesh: Mesh) -> None:
-    base = [sys.executable, "-m", "shared.cli", "admin", "--url", policy_mesh.url]
+    base = [sys.executable, "-m", "conch", "admin", "--url", policy_mesh.url]
     env_token = ["--token", ADMIN_TOKEN]
     done = subprocess.run(
         [*base, *env_token, "weights", "set", "simple", "2=90", "3=10"],

@@ -18,8 +18,8 @@ import tritonclient.http.aio as aiohttpclient
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
+from conch.private_redis import PrivateRedis
 from shared import keys
-from shared.redis_server import PrivateRedis
 from tests.mesh import Mesh, flush_database
 
 pytestmark = pytest.mark.e2e

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
+from conch.private_redis import PrivateRedis
 from shared import redis_conn
-from shared.redis_server import PrivateRedis
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import httpx
 import psutil
 import pytest
 
-from shared.ports import free_port
+from conch.ports import free_port
 from tests.mesh import ConchUpOutput, needs_prometheus, start_conch_up, stop_conch_up
 
 pytestmark = [pytest.mark.e2e, needs_prometheus]

@@ -4,7 +4,7 @@ the load generator's p99 within one bucket.
 
 The mesh: one scheduler, one ONNX Runtime worker serving ``simple`` versions 1 and 2, a gateway
 with two processes (multiprocess metrics). Prometheus scrapes all of them every second with the
-project's scrape configuration (shared/prometheus_local.py) and rules (deploy/prometheus/rules).
+project's scrape configuration (conch/local_prometheus.py) and rules (deploy/prometheus/rules).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import httpx
 import pytest
 import yaml
 
+from conch.local_prometheus import RULES_DIR, LocalPrometheus
+from conch.ports import free_port
+from conch.private_redis import PrivateRedis
 from shared import metrics
-from shared.ports import free_port
-from shared.prometheus_local import RULES_DIR, LocalPrometheus
-from shared.redis_server import PrivateRedis
 from tests.mesh import Mesh, flush_database, needs_prometheus
 
 pytestmark = [pytest.mark.e2e, needs_prometheus]

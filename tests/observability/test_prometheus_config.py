@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.prometheus_local import JOBS, RULES_DIR, config
+from conch.local_prometheus import JOBS, RULES_DIR, config
 
 ROOT = Path(__file__).resolve().parents[2]
 PROM = ROOT / "deploy" / "prometheus"

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.redis_server import PrivateRedis
+from conch.private_redis import PrivateRedis
 from tests.mesh import Mesh, flush_database
 
 pytest.importorskip("opentelemetry.sdk.trace")

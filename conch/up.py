@@ -1,101 +1,33 @@
-"""The ``conch`` command: ``conch up`` runs the whole mesh; the other verbs run one service."""
+"""``conch up``: the whole mesh on this machine, each service a supervised process.
+
+It starts a private Redis where none is configured, the schedulers, one worker service per
+backend in the model repository, the gateway, and on request Prometheus and Envoy; it waits for
+every model to be ready, then keeps what it started running until Ctrl-C stops it all.
+"""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import http.client
 import logging
 import os
 import secrets
 import signal
 import sys
 import time
-from pathlib import Path
 
-from shared import http_wait, logs, repository
+from conch import http_wait
+from conch.local_prometheus import LocalPrometheus
+from conch.mesh_ready import wait_ready
+from conch.ports import free_port
+from conch.private_redis import PrivateRedis
+from conch.supervisor import ServiceSpec, Supervisor
+from shared import logs, repository
 from shared.errors import ConchError
-from shared.ports import free_port
-from shared.redis_server import PrivateRedis
-from shared.supervisor import ServiceSpec, Supervisor
 
 log = logging.getLogger("conch.up")
 
 # Backends served by a worker service; anything else in a repository is reported, not started.
 WORKER_BACKENDS = ("onnxruntime", "pytorch", "python", "tensorrt")
-
-
-# Verbs that run another module of the project in place of this process.
-_SERVICE_MODULES = {
-    "gateway": "gateway",
-    "scheduler": "scheduler",
-    "worker": "workers",
-    "controlplane": "controlplane",
-    "bench": "bench",
-}
-
-
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in _SERVICE_MODULES:
-        module = _SERVICE_MODULES[argv[0]]
-        os.execv(sys.executable, [sys.executable, "-m", module, *argv[1:]])
-    if argv and argv[0] == "admin":
-        from shared import admin_cli
-
-        raise SystemExit(admin_cli.main(argv[1:]))
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command == "up":
-        raise SystemExit(up(args))
-    parser.print_help()
-    raise SystemExit(2)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="conch", description="Conch inference-serving mesh")
-    sub = parser.add_subparsers(dest="command")
-    up_parser = sub.add_parser("up", help="start Redis, gateway, scheduler and workers")
-    up_parser.add_argument("--model-repository", required=True, type=Path)
-    up_parser.add_argument("--http-port", type=int, default=8000)
-    up_parser.add_argument(
-        "--grpc-port", type=int, default=8001, help="KServe v2 gRPC port (0: no gRPC)"
-    )
-    up_parser.add_argument("--host", default="127.0.0.1", help="address the gateway binds")
-    up_parser.add_argument("--gateways", type=int, default=2, help="gateway processes")
-    up_parser.add_argument("--schedulers", type=int, default=1)
-    up_parser.add_argument("--workers-per-backend", type=int, default=1)
-    up_parser.add_argument(
-        "--with-envoy", action="store_true", help="put Envoy (configured over xDS) in front"
-    )
-    up_parser.add_argument("--envoy-port", type=int, default=8080)
-    up_parser.add_argument("--ready-timeout", type=float, default=180.0)
-    up_parser.add_argument("--log-format", choices=["json", "text"], default="json")
-    up_parser.add_argument("--log-level", default="INFO")
-    up_parser.add_argument(
-        "--admin-token",
-        default=os.environ.get("CONCH_ADMIN_TOKEN", ""),
-        help="admin API token (default: $CONCH_ADMIN_TOKEN, else a generated one, printed)",
-    )
-    up_parser.add_argument(
-        "--allow-anonymous",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="allow inference without an API key",
-    )
-    up_parser.add_argument(
-        "--with-prometheus",
-        action="store_true",
-        help="also start a local Prometheus (the system's `prometheus`) scraping every service",
-    )
-    up_parser.add_argument("--prometheus-port", type=int, default=9090)
-    sub.add_parser("gateway", help="run one gateway service (uvicorn, several processes)")
-    sub.add_parser("scheduler", help="run one scheduler service")
-    sub.add_parser("worker", help="run one worker service: conch worker --backend NAME")
-    sub.add_parser("admin", help="admin API client: conch admin weights|tenants|shadow|models")
-    sub.add_parser("controlplane", help="run the xDS control plane for Envoy")
-    sub.add_parser("bench", help="benchmark against the shared harness: conch bench --help")
-    return parser
 
 
 def up(args: argparse.Namespace) -> int:
@@ -189,7 +121,7 @@ def up(args: argparse.Namespace) -> int:
         if args.with_prometheus:
             prometheus = _start_prometheus(targets, args.prometheus_port)
         models = sorted(m for m, entry in scan.models.items() if entry.config.backend in backends)
-        ready = _wait_ready(url, models, args.ready_timeout, supervisor, lambda: stopping)
+        ready = wait_ready(url, models, args.ready_timeout, supervisor, lambda: stopping)
         if ready and args.with_envoy:
             url = _start_edge(supervisor, redis_url, args, common)
         if ready:
@@ -237,10 +169,8 @@ def _restart_if_exited(private: PrivateRedis) -> None:
     log.info("private redis restarted", extra={"url": private.url})
 
 
-def _start_prometheus(targets: dict[str, list[str]], port: int):
+def _start_prometheus(targets: dict[str, list[str]], port: int) -> LocalPrometheus | None:
     """A local Prometheus with the project's rules scraping every service; None if missing."""
-    from shared.prometheus_local import LocalPrometheus
-
     prometheus = LocalPrometheus(targets, port)
     try:
         prometheus.start().wait_ready()
@@ -260,7 +190,7 @@ def _start_edge(
     supervisor: Supervisor, redis_url: str, args: argparse.Namespace, common: dict[str, str]
 ) -> str:
     """Start the xDS control plane, then Envoy; Envoy learns the gateways from Redis."""
-    from controlplane.launch import plan_edge  # only `--with-envoy` needs grpcio/xds-protos
+    from conch.envoy_edge import plan_edge  # only `--with-envoy` needs grpcio/xds-protos
 
     plan = plan_edge(redis_url, args.envoy_port, log_level=args.log_level)
     supervisor.start(
@@ -280,46 +210,3 @@ def _wait_for(url: str, timeout_s: float, supervisor: Supervisor) -> None:
 
 def _display_host(host: str) -> str:
     return "localhost" if host in ("0.0.0.0", "127.0.0.1", "::") else host
-
-
-def _get_status(url: str, path: str) -> int:
-    host_port = url.split("//", 1)[1]
-    host, _, port = host_port.partition(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=2)
-    try:
-        conn.request("GET", path)
-        return conn.getresponse().status
-    finally:
-        conn.close()
-
-
-def _wait_ready(url, models, timeout_s, supervisor, stopped) -> bool:
-    """Wait for the gateway and every model to be READY, printing progress as models come up."""
-    deadline = time.monotonic() + timeout_s
-    reported: set[str] = set()
-    while time.monotonic() < deadline and not stopped():
-        supervisor.check()
-        with contextlib.suppress(OSError, http.client.HTTPException):
-            if _get_status(url, "/v2/health/ready") == 200:
-                for model in models:
-                    if (
-                        model not in reported
-                        and _get_status(url, f"/v2/models/{model}/ready") == 200
-                    ):
-                        reported.add(model)
-                        print(f"  model ready: {model}", flush=True)
-                if len(reported) == len(models):
-                    return True
-        time.sleep(0.3)
-    missing = sorted(set(models) - reported)
-    if not stopped():
-        print(
-            f"conch up: not every model became ready within {timeout_s:.0f} s "
-            f"(waiting for: {', '.join(missing)}); the mesh keeps running, see the logs above",
-            flush=True,
-        )
-    return False
-
-
-if __name__ == "__main__":
-    main()

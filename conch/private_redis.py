@@ -16,8 +16,8 @@ from pathlib import Path
 
 import redis
 
+from conch.ports import free_port
 from shared.errors import ConchError, ErrorCode
-from shared.ports import free_port
 
 
 def find_binary() -> str:

@@ -2,7 +2,7 @@
 
 This module only plans: it picks free ports where none were given, writes Envoy's bootstrap into
 a directory and returns argv + environment for both processes. Starting, supervising and stopping
-them stays with the caller (``shared/cli.py``), which already does that for the other services.
+them stays with the caller (``conch/up.py``), which already does that for the other services.
 
     edge = plan_edge(redis_url="redis://127.0.0.1:6379/0", envoy_port=8080)
     cp = subprocess.Popen(edge.controlplane.argv, env=edge.controlplane.environ())
@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controlplane import bootstrap
-from shared.ports import free_port
+from conch import envoy_bootstrap
+from conch.ports import free_port
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def plan_edge(
     directory = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="conch-"))
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "envoy.json"
-    config = bootstrap.render(
+    config = envoy_bootstrap.render(
         xds_host=host,
         xds_port=ports["xds"],
         admin_host=host,

@@ -1,0 +1,5 @@
+"""``python -m conch``: the same as the ``conch`` command."""
+
+from conch.cli import main
+
+main()

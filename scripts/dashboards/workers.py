@@ -1,0 +1,106 @@
+"""Conch / Workers & batching: the fleet, how well it batches, compute time."""
+
+from __future__ import annotations
+
+from dashboards.grafana import Dashboard, Panel
+from dashboards.promql import M, quantiles
+
+WORKERS = Dashboard(
+    uid="conch-workers",
+    title="Conch / Workers & batching",
+    description="Which workers are alive, what they have loaded, and how well they batch.",
+    tags=["workers"],
+    panels=[
+        "Fleet",
+        Panel(
+            "Live execution instances by model version",
+            [
+                (
+                    f"max by (model, version) (conch_model_ready_instances{{{M}}})",
+                    "{{model}} v{{version}}",
+                )
+            ],
+        ),
+        Panel(
+            "Loaded models per worker",
+            [
+                (
+                    "sum by (instance, backend, model, version) "
+                    f"(conch_worker_model_instances{{{M}}})",
+                    "{{instance}} {{model}} v{{version}}",
+                )
+            ],
+        ),
+        Panel(
+            "Heartbeats/s by service and outcome",
+            [
+                (
+                    "sum by (service, outcome) (rate(conch_heartbeats_total[$__rate_interval]))",
+                    "{{service}} {{outcome}}",
+                )
+            ],
+            "short",
+        ),
+        Panel(
+            "Scrape targets up",
+            [('sum by (job) (up{job=~"conch-.*"})', "{{job}}")],
+        ),
+        "Batching",
+        Panel(
+            "Executions/s by model version",
+            [
+                (
+                    "sum by (model, version) "
+                    f"(rate(nv_inference_exec_count{{{M}}}[$__rate_interval]))",
+                    "{{model}} v{{version}}",
+                )
+            ],
+            "short",
+        ),
+        Panel(
+            "Average batch size (inferences / executions)",
+            [
+                (
+                    f"sum by (model) (rate(nv_inference_count{{{M}}}[$__rate_interval])) / "
+                    f"sum by (model) (rate(nv_inference_exec_count{{{M}}}[$__rate_interval]))",
+                    "{{model}}",
+                )
+            ],
+        ),
+        Panel(
+            "Batch size p50 / p95 / p99",
+            quantiles("conch_batch_size", "model"),
+        ),
+        Panel(
+            "Executions in flight",
+            [
+                (
+                    f"sum by (model) (conch_worker_executions_in_flight{{{M}}})",
+                    "{{model}}",
+                )
+            ],
+        ),
+        "Compute",
+        Panel(
+            "Compute p99 by phase",
+            [
+                (
+                    "histogram_quantile(0.99, sum by (model, phase, le) (rate("
+                    f"conch_compute_duration_seconds_bucket{{{M}}}[$__rate_interval])))",
+                    "{{model}} {{phase}}",
+                )
+            ],
+            "s",
+        ),
+        Panel(
+            "Model load time",
+            [
+                (
+                    f"max by (model, version) (nv_model_load_duration_secs{{{M}}})",
+                    "{{model}} v{{version}}",
+                )
+            ],
+            "s",
+        ),
+    ],
+)
