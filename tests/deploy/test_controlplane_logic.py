@@ -1,4 +1,4 @@
-"""The control plane's pure parts: resources, validation, versions, retirement, launch plans.
+"""The control plane's pure parts: resources, validation, versions, retirement (and conch's Envoy launch plans).
 
 The registry reader runs against the session's real redis-server.
 """
@@ -12,13 +12,9 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-<<<<<<< HEAD
-from controlplane import bootstrap, launch, pgv, resources
-from controlplane.gateway_endpoints import Registration, Resolver, live_gateways
-=======
 from conch import envoy_bootstrap, envoy_edge
 from controlplane import pgv, resources
->>>>>>> i11-conch
+from controlplane.gateway_endpoints import Registration, Resolver, live_gateways
 from controlplane.health import HealthServer
 from controlplane.metrics import Metrics
 from controlplane.service import ControlPlane
