@@ -1,6 +1,6 @@
-"""The control plane's pure parts: resources, validation, versions, retirement (and conch's Envoy launch plans).
+"""The control plane's pure parts (resources, validation, versions, retirement); Envoy plans.
 
-The registry reader runs against the session's real redis-server.
+The gateway-endpoint reader runs against the session's real redis-server.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """Triton's ``triton_python_backend_utils`` for Conch's Python backend.
 
+Longer than 300 lines because it is one API surface (Triton's module) that models import whole.
+
 A model written for Triton's Python backend does ``import triton_python_backend_utils as
 pb_utils``; the model process puts this file's directory on ``sys.path`` so that import finds
 this module and the model runs unchanged. Names, signatures and behaviour follow Triton's
