@@ -18,7 +18,9 @@ export BENCH_ROOT=${BENCH_ROOT:-/tmp/conch-bench}
 repo=${REPO:-$BENCH_ROOT/repo}
 pids=()
 start() {  # dir port env args
-  (cd "$1" && exec env PYTHONPATH="$1" $3 "$here/.venv/bin/conch" up --model-repository "$repo" \
+  # `python -m conch` since the CLI got its own package; older checkouts ran it from shared.cli.
+  local cli=conch; [ -d "$1/conch" ] || cli=shared.cli
+  (cd "$1" && exec env PYTHONPATH="$1" $3 "$here/.venv/bin/python" -m "$cli" up --model-repository "$repo" \
     --http-port "$2" --grpc-port $(($2 + 1)) $4 > "/tmp/conch-alternate-$2.log" 2>&1) &
   pids+=($!)
 }
