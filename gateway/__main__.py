@@ -1,16 +1,28 @@
-"""``python -m gateway`` / ``conch gateway``: uvicorn with several processes on one port."""
+"""``python -m gateway`` / ``conch gateway``: several processes serving one port.
+
+The port is bound here, once and exclusively, and the processes inherit it
+(``gateway.process_supervisor``). A port that is taken, or a setting that is invalid, stops the
+service at once with ``EXIT_FINAL`` and a message naming the port, its holder and the setting.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-import uvicorn
-
+from gateway.process_status import ProcessStatus
+from gateway.process_supervisor import GatewayProcesses
 from gateway.settings import GatewaySettings
-from shared import logs
+from shared import cpu_budget, logs
+from shared.errors import ConchError
+from shared.exits import EXIT_FINAL
+from shared.listen import PortError, bind_listener, check_free
+
+log = logging.getLogger("gateway.supervisor")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -32,33 +44,42 @@ def metrics_dir() -> tuple[Path, bool]:
 
 
 def main() -> None:
-    settings = GatewaySettings.from_env()
-    logs.setup("gateway", settings.log_level, settings.log_format)
-    path, ours = metrics_dir()
     try:
-        _serve(settings)
+        settings = GatewaySettings.from_env()
+        count = cpu_budget.gateway_processes(settings.processes)
+    except ConchError as exc:
+        print(f"conch gateway: {exc.message}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_FINAL) from None
+    logs.setup("gateway", settings.log_level, settings.log_format)
+    if settings.grpc_port == settings.http_port:
+        print(
+            f"conch gateway: CONCH_GATEWAY_HTTP_PORT and CONCH_GATEWAY_GRPC_PORT are both "
+            f"{settings.http_port}; give them different ports",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(EXIT_FINAL)
+    try:
+        if settings.grpc_port:
+            check_free(settings.host, settings.grpc_port, "gRPC", "CONCH_GATEWAY_GRPC_PORT")
+        sock = bind_listener(settings.host, settings.http_port, "HTTP", "CONCH_GATEWAY_HTTP_PORT")
+    except PortError as exc:
+        print(f"conch gateway: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_FINAL) from None
+    log.info(
+        "gateway listening",
+        extra={"host": settings.host, "port": settings.http_port, "processes": count},
+    )
+    path, ours = metrics_dir()
+    status = ProcessStatus.create(count)
+    try:
+        code = GatewayProcesses(sock.fileno(), count, status, settings.start_attempts).run()
     finally:
+        sock.close()
+        status.close(remove=True)
         if ours:
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _serve(settings: GatewaySettings) -> None:
-    uvicorn.run(
-        "gateway.app:app_from_env",
-        factory=True,
-        host=settings.host,
-        port=settings.http_port,
-        workers=max(1, settings.processes),
-        loop="uvloop",
-        # Inference below the ASGI layer when the fast path is on (gateway.http_protocol).
-        http="gateway.http_protocol:InferHttpProtocol" if settings.infer_fast_path else "httptools",
-        lifespan="on",
-        access_log=False,
-        proxy_headers=False,
-        server_header=False,
-        log_config=None,
-        timeout_graceful_shutdown=10,
-    )
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from gateway.admin_routes import admin_router
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.fastpath import FastInferApp
 from gateway.openapi import openapi_config
+from gateway.process_status import GatewayProcess
 from gateway.repository_routes import repository_router
 from gateway.server_identity import EXTENSIONS, SERVER_NAME, SERVER_VERSION
 from gateway.settings import GatewaySettings
@@ -57,12 +58,12 @@ async def health_live() -> Response:
 
 @get("/v2/health/ready")
 async def health_ready(request: Request) -> Response:
+    """Triton's strict readiness (``gateway.readiness``); a 503 says what it waits for."""
     state = _state(request)
-    try:
-        await state.redis.ping()
-    except Exception:
-        return Response(content=b"", status_code=503)
-    return Response(content=b"", status_code=200 if state.table.loaded.is_set() else 503)
+    reason = await state.readiness.check(state.redis)
+    if reason is None:
+        return Response(content=b"", status_code=200)
+    return _json_response({"error": reason}, status=503)
 
 
 @get(["/v2/models/{model:str}", "/v2/models/{model:str}/versions/{version:str}"])
@@ -122,19 +123,24 @@ async def infer(request: Request, model: str, version: str | None = None) -> Res
     )
 
 
-def create_app(settings: GatewaySettings) -> Litestar:
+def create_app(settings: GatewaySettings, process: GatewayProcess | None = None) -> Litestar:
+    """One process's app; ``process`` places it in a service of several (None: on its own)."""
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        state = GatewayState(settings)
+        state = GatewayState(settings, process)
         app.state.gateway = state
         await state.start()
+        await state.readiness.wait_to_accept(settings.late_start_wait_s)
         grpc_server = None
-        if settings.grpc_port:
+        if settings.grpc_port and (process is None or process.serves_grpc):
             grpc_server = await grpc_service.start(state, settings.host, settings.grpc_port)
+        state.readiness.start_accepting()
         log.info("gateway process ready", extra={"gateway": state.id, "port": settings.http_port})
         try:
             yield
         finally:
+            state.readiness.stop_accepting()
             if grpc_server is not None:
                 await grpc_server.stop(grace=5)
             await state.stop()
@@ -160,12 +166,12 @@ def create_app(settings: GatewaySettings) -> Litestar:
     )
 
 
-def app_from_env() -> Litestar | FastInferApp:
-    """uvicorn's factory: settings are read here, in each gateway process, not at import."""
+def app_from_env(process: GatewayProcess | None = None) -> Litestar | FastInferApp:
+    """Settings are read here, in each gateway process, not at import."""
     settings = GatewaySettings.from_env()
     logs.setup("gateway", settings.log_level, settings.log_format)
     tracing.setup("gateway")
-    app = create_app(settings)
+    app = create_app(settings, process)
     return FastInferApp(app) if settings.infer_fast_path else app
 
 

@@ -1,5 +1,12 @@
 """KServe v2 over gRPC (``inference.GRPCInferenceService``), a thin adapter over the same data
-plane as REST. Each gateway process serves it on the shared gRPC port (SO_REUSEPORT)."""
+plane as REST.
+
+One process of a gateway service serves gRPC, on a port bound without ``SO_REUSEPORT``. grpcio
+cannot serve a socket bound by another process (HTTP's processes share one that way), and with
+``SO_REUSEPORT`` any process of the same user could bind the same port and take a share of the
+connections: a second mesh, or this mesh's own HTTP server given the same number. One exclusive
+listener makes such a clash fail at once with "address already in use" instead.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from gateway.grpc_codec import encode_grpc_response, parse_grpc_request
 from gateway.server_identity import EXTENSIONS, SERVER_NAME, SERVER_VERSION
 from gateway.state import GatewayState
 from shared.errors import ConchError, ErrorCode
+from shared.listen import check_free
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +40,8 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return service_pb2.ServerLiveResponse(live=True)
 
     async def ServerReady(self, request: Any, context: Any) -> Any:
-        try:
-            await self.state.redis.ping()
-            ready = self.state.table.loaded.is_set()
-        except Exception:
-            ready = False
-        return service_pb2.ServerReadyResponse(ready=ready)
+        reason = await self.state.readiness.check(self.state.redis)
+        return service_pb2.ServerReadyResponse(ready=reason is None)
 
     async def ModelReady(self, request: Any, context: Any) -> Any:
         ready = self.state.table.is_ready(request.name, request.version or None)
@@ -105,10 +109,15 @@ async def _guard(context: Any, build: Any) -> Any:
 
 
 async def start(state: GatewayState, host: str, port: int) -> grpc.aio.Server:
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
+    """Serve gRPC on ``host:port``; raises ``PortInUse`` when the port is taken."""
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(state), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:
+        bound = 0
     if not bound:
+        check_free(host, port, "gRPC", "CONCH_GATEWAY_GRPC_PORT")  # names the holder
         raise ConchError(ErrorCode.UNAVAILABLE, f"cannot listen for gRPC on {host}:{port}")
     await server.start()
     log.info("grpc endpoint listening", extra={"port": bound})

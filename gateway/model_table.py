@@ -1,20 +1,25 @@
-"""The gateway's view of the fleet: model configs and which versions have live workers.
+"""The gateway's view of the fleet: model configs, which versions have live workers, and which
+models the mesh is expected to serve (``shared.expected_models``).
 
 Re-read from Redis on a short interval (the configurations published in Redis are the truth;
 this is a cache that keeps a Redis round trip off the request path). A stale view can only
-cost a correct 503: the enqueue script checks liveness atomically in Redis.
+cost a correct 503: the enqueue script checks liveness atomically in Redis. A model that is in
+the repository but not loaded yet is answered "not at ready state" (503), as Triton answers a
+loading model, never "unknown" (404).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import keys, model_registry, periodic, readiness
-from shared.errors import not_found
+from shared import expected_models, keys, model_registry, periodic, readiness
+from shared.errors import ConchError, not_found, unavailable
+from shared.expected_models import Expectations
 from shared.model_config import ModelConfig, TensorSpec
 
 log = logging.getLogger(__name__)
@@ -28,14 +33,29 @@ class ModelTable:
         self.configs: dict[str, ModelConfig] = {}
         # model -> version -> live instances (0: known but no live worker)
         self.versions: dict[str, dict[int, int]] = {}
+        # What the mesh is expected to serve, and the subset of it expected but not ready here.
+        self.expectations = Expectations()
+        self.expected: set[str] = set()
+        self.not_ready: list[str] = []
         self.loaded = asyncio.Event()
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_refresh(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every refresh (readiness follows the table)."""
+        self._listeners.append(listener)
 
     async def refresh(self) -> None:
         rev = int(await self._redis.get(keys.models_rev()) or 0)
         if rev != self._rev:
             self._rev, self.configs = await model_registry.read_models(self._redis)
+        self.expectations = await expected_models.read(self._redis)
+        self.expected = expected_models.expected(self.expectations)
         self.versions = await readiness.ready_versions(self._redis, list(self.configs))
+        ready = {m for m, known in self.versions.items() if any(n > 0 for n in known.values())}
+        self.not_ready = expected_models.not_ready(self.expected, ready)
         self.loaded.set()
+        for listener in self._listeners:
+            listener()
 
     async def run(self) -> None:
         await periodic.every(self._interval, self.refresh, "model table")
@@ -43,8 +63,26 @@ class ModelTable:
     def config(self, model: str) -> ModelConfig:
         config = self.configs.get(model)
         if config is None:
-            raise not_found(f"Request for unknown model: '{model}' is not found")
+            raise self._missing(model, None)
         return config
+
+    def _missing(self, model: str, version: int | None) -> ConchError:
+        """Why there is no ready ``model`` (``version``): loading (503) or unknown (404)."""
+        on_disk = self.expectations.index[model].versions if model in self.expected else []
+        if model in self.expected and (version is None or not on_disk or version in on_disk):
+            if version is None and on_disk:
+                version = max(on_disk)
+            which = f"'{model}'" if version is None else f"'{model}' version {version}"
+            return unavailable(f"Request for unknown model: {which} is not at ready state")
+        failed = self.expectations.load_errors.get(model)
+        if failed is not None:
+            return not_found(
+                f"Request for unknown model: '{model}' has no available versions "
+                f"(failed to load: {failed.message})"
+            )
+        if version is not None:
+            return not_found(f"Request for unknown model: '{model}' version {version} is not found")
+        return not_found(f"Request for unknown model: '{model}' is not found")
 
     def resolve_version(self, model: str, version: str | None) -> int:
         """An explicit version must exist; otherwise the newest version with a live worker."""
@@ -58,15 +96,15 @@ class ModelTable:
                     f"Request for unknown model: '{model}' version '{version}' is not a number"
                 ) from None
             if number not in known:
-                raise not_found(
-                    f"Request for unknown model: '{model}' version {number} is not found"
-                )
+                raise self._missing(model, number)
             return number
         live = [v for v, instances in known.items() if instances > 0]
         if live:
             return max(live)
         if known:
             return max(known)
+        if model in self.expected:
+            raise self._missing(model, None)
         raise not_found(f"Request for unknown model: '{model}' has no loaded version")
 
     def metadata(self, model: str, version: str | None) -> dict[str, Any]:

@@ -20,7 +20,16 @@ import redis.asyncio as aioredis
 
 from gateway.model_table import ModelTable
 from gateway.traffic_table import decode_weights
-from shared import clock, control, heartbeats, keys, model_config, model_registry, readiness
+from shared import (
+    clock,
+    control,
+    expected_models,
+    heartbeats,
+    keys,
+    model_config,
+    model_registry,
+    readiness,
+)
 from shared.errors import ConchError, ErrorCode, invalid, unavailable
 
 log = logging.getLogger(__name__)
@@ -38,8 +47,8 @@ class RepositoryControl:
         self._timeout_s = timeout_s
 
     async def index(self, ready_only: bool) -> list[dict[str, str]]:
-        disk = await control.read_index(self._redis)
-        states = await control.read_states(self._redis)
+        found = await expected_models.read(self._redis)
+        disk, states, failed = found.index, found.states, found.load_errors
         _, configs = await model_registry.read_models(self._redis)
         names = sorted(set(disk) | set(configs))
         live = await readiness.ready_versions(self._redis, names)
@@ -60,6 +69,8 @@ class RepositoryControl:
                 elif not ready_only:
                     unloaded = state is not None and (state.unloaded or version in state.excluded)
                     reason = "unloaded" if unloaded else "not loaded by any live worker"
+                    if not unloaded and name in failed:
+                        reason = f"failed to load: {failed[name].message}"
                     entries.append(
                         {
                             "name": name,
@@ -78,10 +89,11 @@ class RepositoryControl:
         done = [a for a in acks if a.status == control.ACK_OK]
         if not done:
             reasons = sorted({a.message for a in acks if a.message})
-            raise invalid(
-                f"failed to load '{model}': no worker serves it"
-                + (f" ({'; '.join(reasons)})" if reasons else "")
+            message = f"failed to load '{model}': no worker serves it" + (
+                f" ({'; '.join(reasons)})" if reasons else ""
             )
+            await expected_models.record_load_error(self._redis, model, "gateway", message)
+            raise invalid(message)
         loaded = sorted({v for a in done for v in a.loaded})
         log.info("model loaded across the fleet", extra={"model": model, "versions": loaded})
         await self._table.refresh()

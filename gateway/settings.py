@@ -10,8 +10,18 @@ class GatewaySettings(Settings, kw_only=True):
 
     host: str = "0.0.0.0"
     http_port: int = 8000
-    # Processes sharing the HTTP port; each has its own Redis pool and reply reader.
-    processes: int = 2
+    # Processes sharing the HTTP port (each has its own Redis pool and reply reader): a number,
+    # or "auto" to follow the CPUs this service may use (shared.cpu_budget).
+    processes: str = "auto"
+    # Triton's strict readiness: /v2/health/ready answers 200 only when every model the mesh is
+    # expected to serve is ready in this gateway (false: once Redis answers).
+    strict_readiness: bool = True
+    # A process that fails before it accepts connections is started again with a back-off; after
+    # this many failures in a row the service gives up and exits (shared.exits.EXIT_FINAL).
+    start_attempts: int = 5
+    # A process started while its siblings are ready waits up to this long for its own model
+    # table to hold every model before it accepts connections.
+    late_start_wait_s: float = 60.0
     # Address other services (Envoy, the control plane) reach this gateway at.
     advertise_host: str = "127.0.0.1"
     # Every request is answered by this deadline at the latest (a `timeout` parameter may lower
@@ -22,7 +32,7 @@ class GatewaySettings(Settings, kw_only=True):
     # How often the model table (configs, ready versions) is re-read from Redis.
     refresh_interval_ms: int = 250
     redis_pool_size: int = 64
-    # KServe v2 gRPC port shared by the gateway processes; 0 serves no gRPC.
+    # KServe v2 gRPC port (served by the service's first process); 0 serves no gRPC.
     grpc_port: int = 0
     # Answer POST .../infer straight from ASGI rather than through Litestar's routing.
     infer_fast_path: bool = True

@@ -19,7 +19,9 @@ from gateway.admission import Admission
 from gateway.auth import TenantTable
 from gateway.dataplane import DataPlane
 from gateway.model_table import ModelTable
+from gateway.process_status import GatewayProcess
 from gateway.ratelimit import RateLimiter
+from gateway.readiness import Readiness
 from gateway.replies import ReplyRouter
 from gateway.repository_control import RepositoryControl
 from gateway.settings import GatewaySettings
@@ -31,14 +33,16 @@ log = logging.getLogger(__name__)
 
 
 class GatewayState:
-    def __init__(self, settings: GatewaySettings):
+    def __init__(self, settings: GatewaySettings, process: GatewayProcess | None = None):
         self.settings = settings
+        self.process = process
         self.id = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.redis = redis_conn.connect(
             settings.redis_url, max_connections=settings.redis_pool_size, name="conch-gateway"
         )
         refresh_s = settings.refresh_interval_ms / 1000
         self.table = ModelTable(self.redis, refresh_s)
+        self.readiness = Readiness(self.table, settings.strict_readiness, process)
         self.replies = ReplyRouter(settings.redis_url, self.id)
         self.tenants = TenantTable(self.redis, refresh_s, settings.allow_anonymous)
         self.traffic = TrafficTable(self.redis)

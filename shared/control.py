@@ -109,11 +109,15 @@ async def read_states(r: aioredis.Redis) -> dict[str, DesiredState]:
 
 
 async def publish(r: aioredis.Redis, message: ControlMessage) -> None:
-    """Record the desired state and send the message to every worker, in one transaction."""
+    """Record the desired state and send the message to every worker, in one transaction.
+
+    A load also forgets the model's last load failure (``shared.expected_models``)."""
     current = await r.hget(keys.control_state(), message.model)
     state = next_state(decode_state(current) if current else None, message)
     async with r.pipeline(transaction=True) as pipe:
         pipe.hset(keys.control_state(), message.model, _json_encode(state))
+        if message.action == LOAD:  # a new attempt: expected (loading) until it is done
+            pipe.hdel(keys.load_errors(), message.model)
         pipe.xadd(
             keys.control_stream(),
             {keys.FIELD_DATA: _json_encode(message)},

@@ -10,9 +10,17 @@ import subprocess
 
 @functools.cache
 def gpu_count() -> int:
+    """GPUs this process may use: the host's, or as many as CUDA_VISIBLE_DEVICES names."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return 0
+    if visible is not None:
+        named = [v for v in visible.split(",") if v.strip()]
+        if not named or named[0].strip() == "-1":
+            return 0
+        return min(len(named), _host_count())
+    return _host_count()
+
+
+def _host_count() -> int:
     try:
         import pynvml
 

@@ -160,3 +160,14 @@ def control_acks(message_id: str) -> str:
 def repository_index() -> str:
     """HASH model -> what workers found on disk ``{"versions": [...], "error": ...}``."""
     return f"{PREFIX}:repository"
+
+
+def repository_scanned() -> str:
+    """STRING ms since epoch: a worker has written the whole repository index (the models the
+    mesh is expected to serve are known; see ``shared.expected_models``)."""
+    return f"{PREFIX}:repository:scanned"
+
+
+def load_errors() -> str:
+    """HASH model -> why its last load failed ``{"worker": ..., "message": ..., "ms": ...}``."""
+    return f"{PREFIX}:load_errors"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import sys
 
 from shared import logs, tracing
@@ -35,9 +37,37 @@ def main(argv: list[str] | None = None) -> None:
         service = WorkerService(settings)
         service.backend.check_host()
     except ConchError as exc:
-        print(f"conch worker: {exc.message}", file=sys.stderr)
+        print(f"conch worker: {exc.message}", file=sys.stderr, flush=True)
+        asyncio.run(report_backend_failure(settings, exc.message))
         raise SystemExit(2) from None
     run_service(service.run())
+
+
+async def report_backend_failure(settings: WorkerSettings, message: str) -> None:
+    """The backend cannot run here: record it as the load error of each model it would serve,
+    so the mesh does not wait for them (``shared.expected_models``); best effort."""
+    from shared import expected_models, redis_conn, repository
+
+    try:
+        scan = repository.scan(settings.model_repository)
+    except ConchError:
+        return
+    wanted = set(settings.models)
+    models = [
+        name
+        for name, model in scan.models.items()
+        if model.config.backend == settings.backend and (not wanted or name in wanted)
+    ]
+    redis = redis_conn.dedicated(settings.redis_url, name="conch-worker-failed")
+    worker = f"worker-{settings.backend} (pid {os.getpid()})"
+    try:
+        async with asyncio.timeout(5):
+            for name in models:
+                await expected_models.record_load_error(redis, name, worker, message)
+    except Exception as error:  # Redis unreachable: the exit code still tells the supervisor
+        print(f"conch worker: could not record the failure in Redis: {error}", file=sys.stderr)
+    finally:
+        await redis.aclose()
 
 
 if __name__ == "__main__":

@@ -15,12 +15,14 @@ from typing import Protocol
 
 import redis.asyncio as aioredis
 
-from shared import control, keys, model_config, repository
+from shared import control, expected_models, keys, model_config, repository
 from shared.control import ControlAck, ControlMessage, IndexEntry
 from shared.errors import ConchError
 from shared.repository import RepositoryModel
 from workers.backend import Backend
 from workers.loader import LoadedVersion, VersionLoadError
+from workers.placement import Devices, runs_here
+from workers.repository_index import entry_for
 from workers.settings import WorkerSettings
 
 
@@ -70,7 +72,7 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
     except ConchError as exc:
         await control.write_index(redis, {name: IndexEntry(error=exc.message)})
         return ack(host, control.ACK_ERROR, exc.message)
-    await control.write_index(redis, {name: IndexEntry(versions=model.available_versions)})
+    await control.write_index(redis, {name: entry_for(model)})
     if not host.backend.accepts(model.config):
         return ack(
             host,
@@ -78,6 +80,8 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
             f"backend '{host.settings.backend}' does not serve "
             f"'{model.config.backend or model.config.platform}'",
         )
+    if not runs_here(model.config, Devices.of(host.settings)):
+        return ack(host, control.ACK_SKIPPED, "no instance of the model on this worker's devices")
     target = set(model.versions)
     if not target:
         return ack(
@@ -95,7 +99,9 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
     try:
         loaded = await host.start(model, sorted(target - current))
     except VersionLoadError as exc:
+        await expected_models.record_load_error(redis, name, host.id, str(exc))
         return ack(host, control.ACK_ERROR, str(exc))
+    await expected_models.clear_load_errors(redis, [name])
     await asyncio.gather(*(host.stop((name, v)) for v in retire))
     return ack(host, control.ACK_OK, loaded=[lv.version for lv in loaded], unloaded=retire)
 

@@ -3,7 +3,8 @@
 A worker started after models were loaded or unloaded through the repository API loads what the
 fleet serves, not what its disk holds: a model unloaded everywhere stays unloaded, versions
 unloaded one by one stay out, and a config override replaces config.pbtxt. The worker also
-publishes what it found on disk (the repository index), errors included.
+publishes what it found on disk (the repository index, ``workers.repository_index``), errors
+included, before it loads anything: the gateways then know every model the mesh will serve.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import logging
 
 import redis.asyncio as aioredis
 
-from shared import control, model_config, repository
-from shared.control import IndexEntry
+from shared import control, expected_models, model_config, repository
 from shared.errors import ConchError
 from shared.repository import RepositoryModel, ScanResult
+from workers.repository_index import index_of
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,8 @@ class _Pinned(RepositoryModel):
 async def apply_fleet_state(redis: aioredis.Redis, scan: ScanResult) -> ScanResult:
     """The scan with the fleet's desired state applied; the repository index is published."""
     states = await control.read_states(redis)
-    index = {name: IndexEntry(error=error) for name, error in scan.errors.items()}
     models: dict[str, RepositoryModel] = {}
     for name, model in scan.models.items():
-        index[name] = IndexEntry(versions=model.available_versions)
         state = states.get(name)
         if state is None:
             models[name] = model
@@ -65,5 +64,5 @@ async def apply_fleet_state(redis: aioredis.Redis, scan: ScanResult) -> ScanResu
                 pinned=pinned,
             )
         models[name] = model
-    await control.write_index(redis, index)
+    await expected_models.write_index(redis, index_of(scan))
     return ScanResult(models=models, errors=scan.errors)

@@ -1,7 +1,8 @@
 """The worker's heartbeat: stay registered, keep every loaded version marked ready.
 
-A Redis that restarted empty has forgotten the model configs and the consumer groups; the
-heartbeat puts back what this worker serves, so the mesh recovers without restarting anything.
+A Redis that restarted empty has forgotten the model configs, the consumer groups and the
+repository index; the heartbeat puts back what this worker serves and the index, so the mesh
+recovers without restarting anything.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import asyncio
 import logging
 
 from shared import keys, metrics, model_registry, streams
+from workers.repository_index import restore_if_lost
 from workers.version_host import VersionHost
 
 log = logging.getLogger(__name__)
@@ -29,6 +31,7 @@ async def heartbeat_loop(host: VersionHost, stopping: asyncio.Event) -> None:
 
 
 async def _restore_after_redis_loss(host: VersionHost) -> None:
+    await restore_if_lost(host.redis, host.settings.model_repository)
     configs = {v.model.config.name: v.model.config for v in host.loaded.values()}
     if await model_registry.ensure_published(host.redis, list(configs.values())):
         log.warning("redis had lost the model registry; restored", extra={"models": list(configs)})

@@ -6,10 +6,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from shared import gpu
 from shared.errors import ConchError, ErrorCode
 from shared.repository import RepositoryModel
 from workers.backend import Backend, LoadSpec, ModelInstance
+from workers.placement import Devices, placements
 from workers.warmup import warmup_batches
 
 log = logging.getLogger(__name__)
@@ -35,44 +35,30 @@ class LoadedVersion:
         return self.model.name
 
 
-def device_for(kind: str, gpus: list[int], index: int) -> tuple[str, int]:
-    """Triton's instance kinds: KIND_GPU needs a GPU, KIND_AUTO uses one where present."""
-    count = gpu.gpu_count()
-    if kind == "KIND_CPU" or kind == "KIND_MODEL":
-        return "cpu", 0
-    if count == 0:
-        if kind == "KIND_GPU":
-            raise ConchError(
-                ErrorCode.UNAVAILABLE, "instance group kind KIND_GPU needs a GPU; none is visible"
-            )
-        return "cpu", 0
-    if gpus:
-        return "gpu", gpus[index % len(gpus)]
-    return "gpu", index % count
-
-
-def load_version(backend: Backend, model: RepositoryModel, version: int) -> LoadedVersion:
-    """Load every instance of one version and run its warmup (before it may be READY)."""
+def load_version(
+    backend: Backend, model: RepositoryModel, version: int, devices: Devices | None = None
+) -> LoadedVersion:
+    """Load every instance of one version on this worker's devices (``workers.placement``) and
+    run its warmup (before it may be READY)."""
     started = time.monotonic()
     loaded = LoadedVersion(model, version)
     config = model.config
+    devices = devices or Devices()
     try:
-        for group in config.instance_groups:
-            for index in range(group.count):
-                device, device_id = device_for(group.kind, group.gpus, index)
-                spec = LoadSpec(
-                    config=config,
-                    version=version,
-                    version_path=model.version_path(version),
-                    model_path=model.path,
-                    instance_group=group,
-                    instance_index=index,
-                    device=device,
-                    device_id=device_id,
-                )
-                instance = backend.load(spec)
-                loaded.instances.append(instance)
-                _warm_up(instance, spec)
+        for placement in placements(config, devices, devices.visible()):
+            spec = LoadSpec(
+                config=config,
+                version=version,
+                version_path=model.version_path(version),
+                model_path=model.path,
+                instance_group=placement.group,
+                instance_index=placement.index,
+                device=placement.device,
+                device_id=placement.device_id,
+            )
+            instance = backend.load(spec)
+            loaded.instances.append(instance)
+            _warm_up(instance, spec)
     except Exception:
         for instance in loaded.instances:
             try:

@@ -12,6 +12,11 @@ class WorkerSettings(Settings, kw_only=True):
     model_repository: str = "model_repository"
     # Names of the models to load; empty: every model of this worker's backend.
     models: list[str] = []
+    # Physical ids of the GPUs this worker drives (``conch up`` pins one worker per GPU with
+    # CUDA_VISIBLE_DEVICES and this); empty: every visible GPU. See workers/placement.py.
+    gpu_ids: list[int] = []
+    # Whether this worker runs the KIND_CPU instance groups (one of a set of per-GPU workers).
+    cpu_instances: bool = True
     health_host: str = "0.0.0.0"
     health_port: int = 8020
     heartbeat_interval_ms: int = 1_000

@@ -1,9 +1,11 @@
 """Loading at start-up: every version the repository and the fleet's desired state select.
 
 A model or version that fails to load is logged and left out; the others still load, as in
-Triton. Each model's config is published and its batch streams' consumer group made once its
-versions are loaded. Nothing is served yet: the service starts the serving tasks once the
-executor is sized for the loaded instances.
+Triton. A model none of whose versions loaded is recorded as failed (``shared.expected_models``):
+the mesh no longer waits for it, and ``conch up`` stops with its error. Each model's config is
+published and its batch streams' consumer group made once its versions are loaded. Nothing is
+served yet: the service starts the serving tasks once the executor is sized for the loaded
+instances.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from shared import keys, model_registry, streams
+from shared import expected_models, keys, model_registry, streams
 from shared.errors import ConchError
 from shared.repository import ScanResult
 from workers.loader import load_version
+from workers.placement import Devices, runs_here
 from workers.version_host import VersionHost
 
 log = logging.getLogger(__name__)
@@ -23,34 +26,39 @@ log = logging.getLogger(__name__)
 async def load_at_startup(scan: ScanResult, host: VersionHost) -> None:
     """Load the scan's versions this worker serves into ``host`` (held, not served yet)."""
     backend, settings, redis = host.backend, host.settings, host.redis
+    devices = Devices.of(settings)
     for name, error in scan.errors.items():
         log.error("model not loadable", extra={"model": name, "error": error})
     wanted = set(settings.models)
     for name, model in scan.models.items():
         if (wanted and name not in wanted) or not backend.accepts(model.config):
             continue
+        if not runs_here(model.config, devices):
+            log.info("no instance of the model on this worker's devices", extra={"model": name})
+            continue
         if not model.versions:
             log.error(
                 "model has no version to load",
                 extra={"model": name, "on_disk": model.available_versions},
             )
+            await expected_models.record_load_error(
+                redis, name, host.id, f"no version to load (on disk: {model.available_versions})"
+            )
             continue
         versions: list[int] = []
+        first_error = ""
         for version in model.versions:
             log.info("loading model", extra={"model": name, "version": version})
             try:
-                done = await asyncio.to_thread(load_version, backend, model, version)
-            except ConchError as exc:
-                log.error(
-                    "model load failed",
-                    extra={"model": name, "version": version, "error": exc.message},
-                )
-                continue
+                done = await asyncio.to_thread(load_version, backend, model, version, devices)
             except Exception as exc:
-                log.exception(
-                    "model load failed",
-                    extra={"model": name, "version": version, "error": str(exc)},
-                )
+                message = exc.message if isinstance(exc, ConchError) else f"{exc}"
+                first_error = first_error or f"version {version}: {message}"
+                fields = {"model": name, "version": version, "error": message}
+                if isinstance(exc, ConchError):
+                    log.error("model load failed", extra=fields)
+                else:
+                    log.exception("model load failed", extra=fields)
                 continue
             host.add(done)
             versions.append(version)
@@ -68,3 +76,6 @@ async def load_at_startup(scan: ScanResult, host: VersionHost) -> None:
             await streams.ensure_groups(
                 redis, [keys.batch_stream(name, v) for v in versions], keys.WORKER_GROUP
             )
+            await expected_models.clear_load_errors(redis, [name])
+        else:
+            await expected_models.record_load_error(redis, name, host.id, first_error)

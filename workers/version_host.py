@@ -23,6 +23,7 @@ from shared.errors import ConchError
 from shared.repository import RepositoryModel
 from workers.backend import Backend, ModelInstance
 from workers.loader import LoadedVersion, VersionLoadError, load_version, unload_instances
+from workers.placement import Devices
 from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,11 @@ class VersionHost:
         for version in versions:
             log.info("loading model", extra={"model": name, "version": version})
             try:
-                loaded.append(await asyncio.to_thread(load_version, self.backend, model, version))
+                loaded.append(
+                    await asyncio.to_thread(
+                        load_version, self.backend, model, version, Devices.of(self.settings)
+                    )
+                )
             except Exception as exc:
                 text = exc.message if isinstance(exc, ConchError) else f"{exc}"
                 for done in loaded:  # all or nothing: the versions loaded so far go too

@@ -1,0 +1,49 @@
+"""One process of a gateway service: uvicorn serving the socket its supervisor bound.
+
+``python -m gateway.process --fd N --index I --status PATH`` is started by
+``gateway.process_supervisor`` only; run ``python -m gateway`` (or ``conch gateway``) instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+
+import uvicorn
+
+from gateway.app import app_from_env
+from gateway.process_status import GatewayProcess, ProcessStatus
+from gateway.settings import GatewaySettings
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m gateway.process", description=__doc__)
+    parser.add_argument("--fd", type=int, required=True, help="the listening socket, inherited")
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--status", required=True, help="the service's shared status file")
+    args = parser.parse_args(argv)
+    from pathlib import Path
+
+    status = ProcessStatus(Path(args.status), args.count)
+    process = GatewayProcess(args.index, status)
+    settings = GatewaySettings.from_env()
+    app = app_from_env(process)
+    config = uvicorn.Config(
+        app,
+        loop="uvloop",
+        # Inference below the ASGI layer when the fast path is on (gateway.http_protocol).
+        http="gateway.http_protocol:InferHttpProtocol" if settings.infer_fast_path else "httptools",
+        lifespan="on",
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+        log_config=None,
+        timeout_graceful_shutdown=10,
+    )
+    sock = socket.socket(fileno=args.fd)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()
