@@ -3,13 +3,21 @@
 Each service runs in its own session so that Ctrl-C reaches only the supervisor, which then
 stops the services one at a time in reverse order (SIGTERM, then SIGKILL after a grace period):
 the gateways, started last, drain their in-flight requests while the scheduler and workers that
-answer them still run. A service that
-dies is restarted, with a back-off if it keeps dying, and every restart is logged.
+answer them still run. Each service's output passes through the supervisor (to the same stream),
+which keeps the first error line of each start.
+
+A service has *served* once its probe URL answered 200. One that exits before that failed to
+start: it is started again after a back-off (0.5 s, doubling, at most 10 s), and after
+``start_attempts`` such failures in a row, or at once when it exits with ``EXIT_FINAL`` (a port
+in use, an invalid setting), :meth:`Supervisor.check` raises :class:`StartupFailed` with the
+service's first error line, and ``conch up`` stops. A service that dies after it served is
+restarted, with the same back-off if it keeps dying soon after its start.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import logging
 import os
 import signal
@@ -17,8 +25,14 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from conch.service_output import FirstError, pump
+from shared.exits import EXIT_FINAL
 
 log = logging.getLogger("conch.up")
+
+QUICK_DEATH_S = 10.0
 
 
 @dataclass
@@ -26,6 +40,23 @@ class ServiceSpec:
     name: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    # A URL that answers 200 once the service serves (None: it serves once it runs).
+    probe: str | None = None
+
+
+class StartupFailed(Exception):
+    """A service could not start, and starting it again will not help."""
+
+    def __init__(self, service: str, attempts: int, exit_code: int, first_error: str | None):
+        self.service = service
+        self.attempts = attempts
+        self.exit_code = exit_code
+        self.first_error = first_error
+        tries = "once" if attempts == 1 else f"{attempts} times in a row"
+        why = first_error or "no error line in its output; see the logs above"
+        super().__init__(
+            f"service {service} failed to start {tries} (exit code {exit_code}): {why}"
+        )
 
 
 @dataclass
@@ -33,56 +64,93 @@ class _Running:
     spec: ServiceSpec
     process: subprocess.Popen[bytes]
     started: float
+    first_error: FirstError
+    served: bool = False
     restarts: int = 0
+    start_failures: int = 0
     next_start: float = 0.0
 
 
+def backoff_s(failures: int) -> float:
+    """Delay before the next start after ``failures`` quick deaths in a row (pure)."""
+    return 0.0 if failures <= 0 else min(10.0, 0.5 * 2 ** (failures - 1))
+
+
 class Supervisor:
-    def __init__(self, grace_s: float = 15.0):
+    def __init__(self, grace_s: float = 15.0, start_attempts: int = 5):
         self._services: list[_Running] = []
         self._grace_s = grace_s
+        self._attempts = max(1, start_attempts)
 
     def start(self, spec: ServiceSpec) -> subprocess.Popen[bytes]:
-        process = self._spawn(spec)
-        self._services.append(_Running(spec, process, time.monotonic()))
+        process, first = self._spawn(spec)
+        self._services.append(_Running(spec, process, time.monotonic(), first))
         log.info("service started", extra={"target": spec.name, "pid": process.pid})
         return process
 
-    def _spawn(self, spec: ServiceSpec) -> subprocess.Popen[bytes]:
+    def _spawn(self, spec: ServiceSpec) -> tuple[subprocess.Popen[bytes], FirstError]:
         env = {**os.environ, **spec.env}
-        return subprocess.Popen(
-            spec.argv, env=env, start_new_session=True, stdout=sys.stdout, stderr=sys.stderr
+        process = subprocess.Popen(
+            spec.argv,
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
+        first = FirstError()
+        assert process.stdout is not None and process.stderr is not None
+        pump(process.stdout, sys.stdout, first)
+        pump(process.stderr, sys.stderr, first)
+        return process, first
 
     def check(self) -> None:
-        """Restart services that exited; back off when one keeps dying soon after its start."""
+        """Restart services that exited; raise :class:`StartupFailed` for one that cannot start."""
         now = time.monotonic()
         for running in self._services:
             code = running.process.poll()
             if code is None:
+                if not running.served and running.next_start == 0.0:
+                    running.served = _answers(running.spec.probe)
                 continue
             if running.next_start == 0.0:
-                lived = now - running.started
-                running.restarts = running.restarts + 1 if lived < 10 else 1
-                delay = min(10.0, 0.5 * 2 ** (running.restarts - 1))
-                running.next_start = now + delay
-                log.error(
-                    "service exited; restarting",
-                    extra={
-                        "target": running.spec.name,
-                        "exit_code": code,
-                        "restart_in_s": delay,
-                        "pid": running.process.pid,
-                    },
-                )
+                self._exited(running, code, now)
             if now >= running.next_start:
-                running.process = self._spawn(running.spec)
+                running.process, running.first_error = self._spawn(running.spec)
                 running.started = now
+                running.served = False
                 running.next_start = 0.0
                 log.info(
                     "service restarted",
                     extra={"target": running.spec.name, "pid": running.process.pid},
                 )
+
+    def _exited(self, running: _Running, code: int, now: float) -> None:
+        name = running.spec.name
+        first = running.first_error.line
+        if code == EXIT_FINAL:
+            raise StartupFailed(name, 1, code, first)
+        if running.served:
+            running.start_failures = 0
+        else:
+            running.start_failures += 1
+            if running.start_failures >= self._attempts:
+                raise StartupFailed(name, running.start_failures, code, first)
+        lived = now - running.started
+        running.restarts = running.restarts + 1 if lived < QUICK_DEATH_S else 1
+        delay = backoff_s(running.restarts)
+        running.next_start = now + delay
+        log.error(
+            "service exited; restarting",
+            extra={
+                "target": name,
+                "exit_code": code,
+                "before_serving": not running.served,
+                "start_failures": running.start_failures,
+                "restart_in_s": delay,
+                "pid": running.process.pid,
+                "first_error": first,
+            },
+        )
 
     def pids(self) -> dict[str, int]:
         return {r.spec.name: r.process.pid for r in self._services}
@@ -102,3 +170,18 @@ class Supervisor:
                     os.killpg(running.process.pid, signal.SIGKILL)
                 running.process.wait(timeout=5)
             log.info("service stopped", extra={"target": running.spec.name})
+
+
+def _answers(url: str | None) -> bool:
+    """Whether ``url`` answers 200 now (no URL: the service serves once it runs)."""
+    if url is None:
+        return True
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=0.5)
+    try:
+        conn.request("GET", parts.path or "/")
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()

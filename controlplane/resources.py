@@ -90,6 +90,9 @@ def listener(s: ControlPlaneSettings) -> listener_pb2.Listener:
     config = {
         "name": LISTENER_NAME,
         "address": {"socket_address": {"address": s.listener_host, "port_value": s.listener_port}},
+        # Envoy's default SO_REUSEPORT would let any process of the same user bind the port and
+        # take a share of the connections; one socket, shared by Envoy's threads, cannot be.
+        "enable_reuse_port": False,
         "filter_chains": [
             {
                 "filters": [

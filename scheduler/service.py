@@ -51,7 +51,12 @@ class SchedulerService:
         self.ready = asyncio.Event()
 
     async def run(self) -> None:
-        health = HealthServer(self.settings.health_host, self.settings.health_port, self.ready)
+        health = HealthServer(
+            self.settings.health_host,
+            self.settings.health_port,
+            self.ready,
+            setting="CONCH_SCHEDULER_HEALTH_PORT",
+        )
         metrics.on_scrape(self._export)
         await health.start()
         loops = [

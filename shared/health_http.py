@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import Callable
 from http import HTTPStatus
 
@@ -23,6 +24,8 @@ import h11
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry
 
 from shared import metrics
+from shared.exits import EXIT_FINAL
+from shared.listen import port_error
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +98,13 @@ async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> h
 
 
 class HealthServer:
-    """Probes and ``/metrics`` of a scheduler or worker; a port that cannot be bound is logged
-    and the service runs on without them (its work does not depend on being probed)."""
+    """Probes and ``/metrics`` of a scheduler or worker.
+
+    The port is bound without ``SO_REUSEPORT`` (``shared.listen``): a port another process holds
+    stops the service at start with ``EXIT_FINAL`` and a message naming the port, its holder and
+    ``setting``, rather than running on unprobed (a Kubernetes probe or ``conch up`` would wait
+    for it in vain, or ask the holder instead).
+    """
 
     def __init__(
         self,
@@ -104,11 +112,13 @@ class HealthServer:
         port: int,
         ready: asyncio.Event,
         registry: CollectorRegistry = REGISTRY,
+        setting: str = "the service's HEALTH_PORT setting",
     ):
         self.host = host
         self.port = port
         self._ready = ready
         self._registry = registry
+        self._setting = setting
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
@@ -117,10 +127,10 @@ class HealthServer:
         try:
             self._server = await serve(self.route, self.host, self.port)
         except OSError as exc:
-            log.error(
-                "health endpoint could not bind; probes and /metrics are off",
-                extra={"port": self.port, "error": str(exc)},
-            )
+            error = port_error(exc, self.port, "metrics and health", self._setting)
+            log.error("health endpoint could not bind", extra={"error": str(error)})
+            print(f"conch: {error}", file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_FINAL) from None
 
     async def stop(self) -> None:
         if self._server is not None:

@@ -44,7 +44,8 @@ class PortInUse(PortError):
         super().__init__(port, what, setting, f"is already in use{by}")
 
 
-def _port_error(exc: OSError, port: int, what: str, setting: str) -> OSError:
+def port_error(exc: OSError, port: int, what: str, setting: str) -> OSError:
+    """The :class:`PortError` for a failed bind or listen (``exc`` itself if it is another)."""
     if exc.errno == errno.EADDRINUSE:
         return PortInUse(port, what, setting, holder(port))
     if exc.errno == errno.EACCES:
@@ -74,7 +75,7 @@ def bind_listener(
         sock.listen(backlog)
     except OSError as exc:
         sock.close()
-        raise _port_error(exc, port, what, setting) from exc
+        raise port_error(exc, port, what, setting) from exc
     sock.set_inheritable(True)
     return sock
 
@@ -89,7 +90,7 @@ def check_free(host: str, port: int, what: str, setting: str) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
     except OSError as exc:
-        raise _port_error(exc, port, what, setting) from exc
+        raise port_error(exc, port, what, setting) from exc
     finally:
         sock.close()
 

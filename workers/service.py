@@ -49,7 +49,12 @@ class WorkerService:
         self.control = ModelControl(self.versions)
 
     async def run(self) -> None:
-        health = HealthServer(self.settings.health_host, self.settings.health_port, self.ready)
+        health = HealthServer(
+            self.settings.health_host,
+            self.settings.health_port,
+            self.ready,
+            setting="CONCH_WORKER_HEALTH_PORT (conch worker --health-port)",
+        )
         await health.start()
         versions = self.versions
         background: list[asyncio.Task[None]] = []

@@ -5,13 +5,14 @@ server)."""
 from __future__ import annotations
 
 import asyncio
-import logging
+import os
 import socket
 from collections.abc import AsyncIterator
 
 import pytest
 
 from shared import health_http
+from shared.exits import EXIT_FINAL
 from shared.health_http import HealthServer
 
 
@@ -99,15 +100,19 @@ async def test_a_slow_client_neither_blocks_others_nor_holds_its_socket(
         writer.close()
 
 
-async def test_a_port_in_use_is_logged_and_the_service_runs_on(
-    caplog: pytest.LogCaptureFixture,
+async def test_a_port_in_use_stops_the_service_naming_port_holder_and_setting(
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Before issue 19 the service ran on without probes; a Kubernetes probe or `conch up` then
+    waited in vain (or asked the port's holder instead)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server = HealthServer("127.0.0.1", port, asyncio.Event())
-        with caplog.at_level(logging.ERROR, logger="shared.health_http"):
+        server = HealthServer("127.0.0.1", port, asyncio.Event(), setting="CONCH_X_HEALTH_PORT")
+        with pytest.raises(SystemExit) as stopped:
             await server.start()
-        await server.stop()
-    assert "health endpoint could not bind" in caplog.text
+    assert stopped.value.code == EXIT_FINAL
+    said = capsys.readouterr().err
+    assert f"port {port} (metrics and health) is already in use by pid {os.getpid()}" in said
+    assert "CONCH_X_HEALTH_PORT" in said
