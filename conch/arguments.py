@@ -17,14 +17,42 @@ def parser() -> argparse.ArgumentParser:
         "--grpc-port", type=int, default=8001, help="KServe v2 gRPC port (0: no gRPC)"
     )
     up_parser.add_argument("--host", default="127.0.0.1", help="address the gateway binds")
-    up_parser.add_argument("--gateways", type=int, default=2, help="gateway processes")
+    up_parser.add_argument(
+        "--gateways",
+        default="auto",
+        help="gateway processes: a number, or auto (one per two CPUs, 2 to 8; docs/performance.md)",
+    )
     up_parser.add_argument("--schedulers", type=int, default=1)
-    up_parser.add_argument("--workers-per-backend", type=int, default=1)
+    up_parser.add_argument(
+        "--workers-per-backend",
+        default="auto",
+        help="worker processes per backend: a number, or auto (one per GPU for a backend with "
+        "GPU models, else one)",
+    )
+    up_parser.add_argument(
+        "--strict-readiness",
+        type=_boolean,
+        default=True,
+        metavar="{true,false}",
+        help="/v2/health/ready answers 200 only when every model is ready (Triton's default); "
+        "false: once the gateway reaches Redis",
+    )
+    up_parser.add_argument(
+        "--start-attempts",
+        type=int,
+        default=5,
+        help="starts of a service that fails before it serves, before conch up gives up",
+    )
     up_parser.add_argument(
         "--with-envoy", action="store_true", help="put Envoy (configured over xDS) in front"
     )
     up_parser.add_argument("--envoy-port", type=int, default=8080)
-    up_parser.add_argument("--ready-timeout", type=float, default=180.0)
+    up_parser.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=180.0,
+        help="seconds for every model to be ready; then conch up stops with what was missing",
+    )
     up_parser.add_argument("--log-format", choices=["json", "text"], default="json")
     up_parser.add_argument("--log-level", default="INFO")
     up_parser.add_argument(
@@ -51,3 +79,13 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("controlplane", help="run the xDS control plane for Envoy")
     sub.add_parser("bench", help="benchmark against the shared harness: conch bench --help")
     return parser
+
+
+def _boolean(text: str) -> bool:
+    """Triton's spelling of flag values: --strict-readiness false."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")

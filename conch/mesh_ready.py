@@ -1,22 +1,38 @@
-"""Wait for the gateway and every model to answer ready, printing each model as it comes up."""
+"""Wait for the gateway and every model to be ready, printing each model as it comes up.
+
+The wait ends early, and ``conch up`` with it, when a service cannot start
+(``conch.supervisor.StartupFailed``) or a model fails to load (:class:`ModelFailed`, from the load
+errors the workers record in Redis: Triton's ``--exit-on-error``).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import time
 from collections.abc import Callable
 
 from conch.supervisor import Supervisor
 
 
-def _get_status(url: str, path: str) -> int:
+class ModelFailed(Exception):
+    """A model ``conch up`` serves failed to load."""
+
+    def __init__(self, failed: dict[str, str]):
+        self.failed = failed
+        listing = "; ".join(f"model '{m}' failed to load: {e}" for m, e in sorted(failed.items()))
+        super().__init__(listing)
+
+
+def _get(url: str, path: str) -> tuple[int, bytes]:
     host_port = url.split("//", 1)[1]
     host, _, port = host_port.partition(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=2)
     try:
         conn.request("GET", path)
-        return conn.getresponse().status
+        response = conn.getresponse()
+        return response.status, response.read()
     finally:
         conn.close()
 
@@ -27,29 +43,41 @@ def wait_ready(
     timeout_s: float,
     supervisor: Supervisor,
     stopped: Callable[[], bool],
+    load_errors: Callable[[], dict[str, str]],
 ) -> bool:
-    """Wait for the gateway and every model to be READY, printing progress as models come up."""
+    """True once the gateway and every model are READY; False when stopped or out of time
+    (having said what was missing). Raises ``StartupFailed`` or :class:`ModelFailed`."""
     deadline = time.monotonic() + timeout_s
     reported: set[str] = set()
+    waiting_for = "the gateway did not answer"
     while time.monotonic() < deadline and not stopped():
         supervisor.check()
+        failed = {m: e for m, e in load_errors().items() if m in models and m not in reported}
+        if failed:
+            raise ModelFailed(failed)
         with contextlib.suppress(OSError, http.client.HTTPException):
-            if _get_status(url, "/v2/health/ready") == 200:
-                for model in models:
-                    if (
-                        model not in reported
-                        and _get_status(url, f"/v2/models/{model}/ready") == 200
-                    ):
-                        reported.add(model)
-                        print(f"  model ready: {model}", flush=True)
-                if len(reported) == len(models):
-                    return True
+            status, body = _get(url, "/v2/health/ready")
+            waiting_for = _reason(body) if status != 200 else "the models' own readiness"
+            for model in models:
+                if model not in reported and _get(url, f"/v2/models/{model}/ready")[0] == 200:
+                    reported.add(model)
+                    print(f"  model ready: {model}", flush=True)
+            if status == 200 and len(reported) == len(models):
+                return True
         time.sleep(0.3)
-    missing = sorted(set(models) - reported)
     if not stopped():
+        missing = sorted(set(models) - reported)
         print(
-            f"conch up: not every model became ready within {timeout_s:.0f} s "
-            f"(waiting for: {', '.join(missing)}); the mesh keeps running, see the logs above",
+            f"conch up: the mesh was not ready within {timeout_s:.0f} s "
+            f"(models not ready: {', '.join(missing) or 'none'}; the gateway says: "
+            f"{waiting_for}); see the logs above, or give it longer with --ready-timeout",
             flush=True,
         )
     return False
+
+
+def _reason(body: bytes) -> str:
+    try:
+        return str(json.loads(body)["error"])
+    except (ValueError, KeyError, TypeError):
+        return "not ready"

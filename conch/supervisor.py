@@ -52,11 +52,15 @@ class StartupFailed(Exception):
         self.attempts = attempts
         self.exit_code = exit_code
         self.first_error = first_error
-        tries = "once" if attempts == 1 else f"{attempts} times in a row"
         why = first_error or "no error line in its output; see the logs above"
-        super().__init__(
-            f"service {service} failed to start {tries} (exit code {exit_code}): {why}"
-        )
+        if exit_code == EXIT_FINAL:
+            said = f"service {service} cannot start (exit code {exit_code})"
+        else:
+            said = (
+                f"service {service} failed to start {attempts} times in a row "
+                f"(exit code {exit_code})"
+            )
+        super().__init__(f"{said}: {why}")
 
 
 @dataclass

@@ -1,13 +1,17 @@
 """``conch up``: the whole mesh on this machine, each service a supervised process.
 
-It starts a private Redis where none is configured, the schedulers, one worker service per
-backend in the model repository, the gateway, and on request Prometheus and Envoy; it waits for
-every model to be ready, then keeps what it started running until Ctrl-C stops it all.
+It checks its ports (``conch.port_plan``), starts a private Redis where none is configured, the
+schedulers, the worker services of each backend in the model repository (``conch.worker_plan``),
+the gateway, and on request Prometheus and Envoy; it waits for every model to be ready, then keeps
+what it started running until Ctrl-C stops it all. Start-up failures are final: a port in use, a
+service that cannot start (``conch.supervisor``), a model that fails to load, or a mesh not ready
+within ``--ready-timeout`` stops everything and exits non-zero with the first error line.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import secrets
@@ -15,14 +19,18 @@ import signal
 import sys
 import time
 
-from conch import http_wait
+import redis
+
+from conch import http_wait, port_plan
 from conch.local_prometheus import LocalPrometheus
-from conch.mesh_ready import wait_ready
+from conch.mesh_ready import ModelFailed, wait_ready
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
-from conch.supervisor import ServiceSpec, Supervisor
-from shared import logs, repository
+from conch.supervisor import ServiceSpec, StartupFailed, Supervisor
+from conch.worker_plan import plan_workers, visible_gpus
+from shared import clock, cpu_budget, gpu, keys, logs, repository
 from shared.errors import ConchError
+from shared.model_config import ModelConfig
 
 log = logging.getLogger("conch.up")
 
@@ -38,17 +46,29 @@ def up(args: argparse.Namespace) -> int:
     except ConchError as exc:
         print(f"conch up: {exc.message}", file=sys.stderr)
         return 2
+    problem = port_plan.clash(port_plan.ports_of(args))
+    if problem is not None:
+        print(f"conch up: {problem}", file=sys.stderr, flush=True)
+        return 2
     for name, error in scan.errors.items():
         log.error("model skipped", extra={"model": name, "error": error})
-    backends = sorted({m.config.backend for m in scan.models.values()})
-    unknown = [b for b in backends if b not in WORKER_BACKENDS]
-    for backend in unknown:
+    by_backend: dict[str, list[ModelConfig]] = {}
+    for entry in scan.models.values():
+        by_backend.setdefault(entry.config.backend, []).append(entry.config)
+    for backend in sorted(set(by_backend) - set(WORKER_BACKENDS)):
         log.warning("no worker service for backend", extra={"backend": backend})
-    backends = [b for b in backends if b in WORKER_BACKENDS]
-    if not backends:
+        del by_backend[backend]
+    if not by_backend:
         print(f"conch up: no servable model in {repo}", file=sys.stderr)
         return 2
+    try:
+        workers = plan_workers(by_backend, args.workers_per_backend, visible_gpus(gpu.gpu_count()))
+        cpu_budget.gateway_processes(args.gateways)
+    except ConchError as exc:
+        print(f"conch up: {exc.message}", file=sys.stderr)
+        return 2
 
+    started_ms = clock.now_ms()
     private: PrivateRedis | None = None
     redis_url = os.environ.get("CONCH_REDIS_URL")
     if not redis_url:
@@ -63,7 +83,7 @@ def up(args: argparse.Namespace) -> int:
     }
     admin_token = args.admin_token or secrets.token_urlsafe(24)
     python = sys.executable
-    supervisor = Supervisor()
+    supervisor = Supervisor(start_attempts=args.start_attempts)
     stopping = False
     # Prometheus targets (job -> host:port): each service's /metrics.
     targets: dict[str, list[str]] = {"conch-scheduler": [], "conch-worker": []}
@@ -75,6 +95,7 @@ def up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
+    failures = LoadErrors(redis_url, started_ms)
     try:
         for index in range(args.schedulers):
             port = free_port()
@@ -84,23 +105,26 @@ def up(args: argparse.Namespace) -> int:
                     f"scheduler-{index}",
                     [python, "-m", "scheduler"],
                     {**common, "CONCH_SCHEDULER_HEALTH_PORT": str(port)},
+                    probe=f"http://127.0.0.1:{port}/health/ready",
                 )
             )
-        for backend in backends:
-            for index in range(args.workers_per_backend):
-                port = free_port()
-                targets["conch-worker"].append(f"127.0.0.1:{port}")
-                supervisor.start(
-                    ServiceSpec(
-                        f"worker-{backend}-{index}",
-                        [python, "-m", "workers", "--backend", backend],
-                        {
-                            **common,
-                            "CONCH_WORKER_MODEL_REPOSITORY": str(repo),
-                            "CONCH_WORKER_HEALTH_PORT": str(port),
-                        },
-                    )
+        for worker in workers:
+            port = free_port()
+            targets["conch-worker"].append(f"127.0.0.1:{port}")
+            supervisor.start(
+                ServiceSpec(
+                    worker.name,
+                    [python, "-m", "workers", "--backend", worker.backend],
+                    {
+                        **common,
+                        **worker.env,
+                        "CONCH_WORKER_MODEL_REPOSITORY": str(repo),
+                        "CONCH_WORKER_HEALTH_PORT": str(port),
+                    },
+                    probe=f"http://127.0.0.1:{port}/health/ready",
                 )
+            )
+        url = f"http://{_display_host(args.host)}:{args.http_port}"
         supervisor.start(
             ServiceSpec(
                 "gateway",
@@ -113,43 +137,70 @@ def up(args: argparse.Namespace) -> int:
                     "CONCH_GATEWAY_GRPC_PORT": str(args.grpc_port),
                     "CONCH_GATEWAY_ADMIN_TOKEN": admin_token,
                     "CONCH_GATEWAY_ALLOW_ANONYMOUS": str(args.allow_anonymous).lower(),
+                    "CONCH_GATEWAY_STRICT_READINESS": str(args.strict_readiness).lower(),
+                    "CONCH_GATEWAY_START_ATTEMPTS": str(args.start_attempts),
                 },
+                probe=f"{url}/v2/health/live",
             )
         )
-        url = f"http://{_display_host(args.host)}:{args.http_port}"
         targets["conch-gateway"] = [f"{_display_host(args.host)}:{args.http_port}"]
         if args.with_prometheus:
             prometheus = _start_prometheus(targets, args.prometheus_port)
-        models = sorted(m for m, entry in scan.models.items() if entry.config.backend in backends)
-        ready = wait_ready(url, models, args.ready_timeout, supervisor, lambda: stopping)
-        if ready and args.with_envoy:
+        models = sorted(m.name for configs in by_backend.values() for m in configs)
+        ready = wait_ready(url, models, args.ready_timeout, supervisor, lambda: stopping, failures)
+        if not ready:
+            return 0 if stopping else 1
+        if args.with_envoy:
             url = _start_edge(supervisor, redis_url, args, common)
-        if ready:
-            print(f"Conch is ready at {url}  (models: {', '.join(models)})", flush=True)
-            if args.grpc_port:
-                print(
-                    f"gRPC (KServe v2) at {_display_host(args.host)}:{args.grpc_port}", flush=True
-                )
-            shown = f"{redis_url} (also {private.tcp_url})" if private else redis_url
-            print(f"Redis: {shown}  |  Ctrl-C stops everything", flush=True)
-            if not args.admin_token:
-                print(f"Admin token (generated): {admin_token}", flush=True)
-            print(
-                f"  conch admin --url {url} --token <admin token> weights get <model>", flush=True
-            )
+        print(f"Conch is ready at {url}  (models: {', '.join(models)})", flush=True)
+        if args.grpc_port:
+            print(f"gRPC (KServe v2) at {_display_host(args.host)}:{args.grpc_port}", flush=True)
+        shown = f"{redis_url} (also {private.tcp_url})" if private else redis_url
+        print(f"Redis: {shown}  |  Ctrl-C stops everything", flush=True)
+        if not args.admin_token:
+            print(f"Admin token (generated): {admin_token}", flush=True)
+        print(f"  conch admin --url {url} --token <admin token> weights get <model>", flush=True)
         while not stopping:
             supervisor.check()
             if private is not None:
                 _restart_if_exited(private)
             time.sleep(0.5)
         return 0
+    except (StartupFailed, ModelFailed) as exc:
+        print(f"conch up: {exc}", file=sys.stderr, flush=True)
+        return 1
     finally:
         log.info("stopping the mesh")
+        failures.close()
         supervisor.stop_all()
         if prometheus is not None:
             prometheus.stop()
         if private is not None:
             private.stop()
+
+
+class LoadErrors:
+    """The load failures the workers record (``shared.expected_models``), since ``conch up``
+    started: a model that failed to load stops it, as Triton's ``--exit-on-error`` does."""
+
+    def __init__(self, redis_url: str, since_ms: int):
+        self._since_ms = since_ms - 1000  # clock skew between processes of one machine
+        self._client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+
+    def __call__(self) -> dict[str, str]:
+        try:
+            raw = self._client.hgetall(keys.load_errors())
+        except redis.RedisError:
+            return {}
+        found: dict[str, str] = {}
+        for name, payload in raw.items():
+            error = json.loads(payload)
+            if int(error.get("ms", 0)) >= self._since_ms:
+                found[name.decode()] = str(error.get("message", ""))
+        return found
+
+    def close(self) -> None:
+        self._client.close()
 
 
 def _restart_if_exited(private: PrivateRedis) -> None:
