@@ -281,3 +281,26 @@ def test_gateway_processes_that_crash_at_start_are_not_restarted_forever(
     assert "No module named 'litestar'" in said[-1], said
     assert out.count("gateway process exited; starting it again") == 4  # 5 attempts in all
     assert size < 1_000_000
+
+
+def test_no_other_process_can_join_the_gateway_ports(startup_mesh: Mesh) -> None:
+    """HTTP (shared by the processes through one inherited socket) and gRPC (one process) are
+    bound without SO_REUSEPORT: a stranger asking for SO_REUSEPORT is refused, as is anyone."""
+    mesh = startup_mesh
+    grpc_port = free_port()
+    mesh.start_gateway(processes=2, CONCH_GATEWAY_GRPC_PORT=str(grpc_port))
+    deadline = time.monotonic() + 60
+    for port in (mesh.http_port, grpc_port):  # both listening (gRPC: the first process's)
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, mesh.logs()
+            time.sleep(0.1)
+    for port in (mesh.http_port, grpc_port):
+        for host in ("127.0.0.1", "0.0.0.0"):
+            with socket.socket() as stranger:
+                stranger.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                stranger.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                with pytest.raises(OSError, match="Address already in use"):
+                    stranger.bind((host, port))
