@@ -92,7 +92,7 @@ class DataPlane:
     ) -> InferOutcome:
         """``received`` (perf_counter) is when the request arrived, so that the request
         duration a gateway reports includes reading and parsing the body."""
-        config = self.table.config(model)
+        config = self.table.configs.get(model) or await self.table.config_after_miss(model)
         try:  # auth (401/403), rate limit (429), then version choice by weights
             tenant = await self.admission.admit(model, caller)
         except ConchError as exc:

@@ -66,15 +66,34 @@ class ModelTable:
             raise self._missing(model, None)
         return config
 
-    def _missing(self, model: str, version: int | None) -> ConchError:
+    async def config_after_miss(self, model: str) -> ModelConfig:
+        """The data plane's second look at a model this process's table lacks: the mesh may have
+        learned of it since the last refresh (a worker wrote the index or published the config
+        a moment ago). One Redis round trip, then the config, "not at ready state" (503) or
+        "unknown" (404) as Redis has it now, never an unknown for a model that is loading."""
+        found, published = await expected_models.read_one(self._redis, model)
+        if published:
+            await self.refresh()
+            return self.config(model)
+        raise self._missing(model, None, found, expected_models.expected(found))
+
+    def _missing(
+        self,
+        model: str,
+        version: int | None,
+        found: Expectations | None = None,
+        expected: set[str] | None = None,
+    ) -> ConchError:
         """Why there is no ready ``model`` (``version``): loading (503) or unknown (404)."""
-        on_disk = self.expectations.index[model].versions if model in self.expected else []
-        if model in self.expected and (version is None or not on_disk or version in on_disk):
+        found = self.expectations if found is None else found
+        expected = self.expected if expected is None else expected
+        on_disk = found.index[model].versions if model in expected else []
+        if model in expected and (version is None or not on_disk or version in on_disk):
             if version is None and on_disk:
                 version = max(on_disk)
             which = f"'{model}'" if version is None else f"'{model}' version {version}"
             return unavailable(f"Request for unknown model: {which} is not at ready state")
-        failed = self.expectations.load_errors.get(model)
+        failed = found.load_errors.get(model)
         if failed is not None:
             return not_found(
                 f"Request for unknown model: '{model}' has no available versions "

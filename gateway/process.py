@@ -7,7 +7,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import os
+import signal
 import socket
+from pathlib import Path
 
 import uvicorn
 
@@ -22,9 +27,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--status", required=True, help="the service's shared status file")
+    parser.add_argument("--parent", type=int, required=True, help="the supervisor's pid")
     args = parser.parse_args(argv)
-    from pathlib import Path
-
+    _stop_with(args.parent)
     status = ProcessStatus(Path(args.status), args.count)
     process = GatewayProcess(args.index, status)
     settings = GatewaySettings.from_env()
@@ -44,6 +49,17 @@ def main(argv: list[str] | None = None) -> None:
     sock = socket.socket(fileno=args.fd)
     uvicorn.Server(config).run(sockets=[sock])
 
+
+def _stop_with(parent: int) -> None:
+    """A process whose supervisor died (SIGKILL, OOM) must not go on holding the port and its
+    registration: the kernel sends it SIGTERM then (Linux's PR_SET_PDEATHSIG), and it drains."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before the line above
+        raise SystemExit(0)
+
+
+_PR_SET_PDEATHSIG = 1
 
 if __name__ == "__main__":
     main()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -84,6 +85,8 @@ class GatewayProcesses:
             str(len(self._slots)),
             "--status",
             str(self._status.path),
+            "--parent",
+            str(os.getpid()),
         ]
 
     def _start(self, slot: _Slot) -> None:

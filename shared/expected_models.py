@@ -86,6 +86,24 @@ async def read(r: aioredis.Redis) -> Expectations:
     )
 
 
+async def read_one(r: aioredis.Redis, model: str) -> tuple[Expectations, bool]:
+    """What decides whether ``model`` is expected, and whether its config is published."""
+    async with r.pipeline(transaction=False) as pipe:
+        pipe.exists(keys.repository_scanned())
+        pipe.hget(keys.repository_index(), model)
+        pipe.hget(keys.control_state(), model)
+        pipe.hget(keys.load_errors(), model)
+        pipe.hexists(keys.models(), model)
+        scanned, entry, state, error, published = await pipe.execute()
+    found = Expectations(
+        scanned=bool(scanned),
+        index={model: decode_index(entry)} if entry else {},
+        states={model: decode_state(state)} if state else {},
+        load_errors={model: _decode_error(error)} if error else {},
+    )
+    return found, bool(published)
+
+
 async def write_index(r: aioredis.Redis, entries: dict[str, IndexEntry]) -> None:
     """Replace the repository index with a whole scan, then mark the index written.
 

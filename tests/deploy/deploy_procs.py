@@ -86,6 +86,9 @@ def start_gateway(
         "CONCH_GATEWAY_HTTP_PORT": str(port),
         "CONCH_GATEWAY_ADVERTISE_HOST": "127.0.0.1",
         "CONCH_GATEWAY_PROCESSES": "1",
+        # No worker runs here: strict readiness would keep these gateways out of Envoy's
+        # healthy set, and these tests are about Envoy following gateways, not models.
+        "CONCH_GATEWAY_STRICT_READINESS": "false",
     }
     return Proc(name, GATEWAY_COMMANDS[kind], env, log_dir), port
 

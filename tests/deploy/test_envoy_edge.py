@@ -33,10 +33,16 @@ def kind(request: pytest.FixtureRequest) -> str:
 def _start_gateways(
     names: list[str], edge_redis_url: str, log_dir: Path, kind: str
 ) -> list[tuple[procs.Proc, int]]:
-    """Start them together, then wait until each listens (and so is registered)."""
+    """Start them together, then wait until each answers (and so is registered).
+
+    An HTTP answer, not an open port: the real gateway's supervisor listens before its
+    processes accept (connections wait in the backlog meanwhile)."""
     started = [procs.start_gateway(name, edge_redis_url, log_dir, kind) for name in names]
     for proc, port in started:
         procs.wait_port(port, 30, proc)  # the real gateway's imports take seconds on 2 cores
+        procs.wait_until(
+            lambda p=port: procs.get(f"http://127.0.0.1:{p}/v2/health/live")[0] == 200, 30
+        )  # type: ignore[misc]
     return started
 
 
