@@ -1,7 +1,7 @@
 """The Litestar application: KServe v2 REST routes over the data plane.
 
-``create_app(settings)`` builds one process's app; ``app_from_env`` is the factory uvicorn calls
-in each gateway process.
+``create_app(settings, process)`` builds one process's app; ``app_from_env`` reads the settings
+in each gateway process (``gateway.process``) and wraps the app in the inference fast path.
 """
 
 from __future__ import annotations

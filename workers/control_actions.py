@@ -84,13 +84,13 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
         return ack(host, control.ACK_SKIPPED, "no instance of the model on this worker's devices")
     target = set(model.versions)
     if not target:
-        return ack(
-            host,
-            control.ACK_ERROR,
+        message = (
             f"no version of '{name}' to load: versions on disk "
             f"{model.available_versions or 'none'}, version_policy "
-            f"{model.config.version_policy.kind}",
+            f"{model.config.version_policy.kind}"
         )
+        await expected_models.record_load_error(redis, name, host.id, message)
+        return ack(host, control.ACK_ERROR, message)
     current = {v for (m, v) in host.loaded if m == name}
     retire = sorted(current - target)
     weighted = await _weighted(redis, name, retire)
