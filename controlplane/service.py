@@ -71,6 +71,8 @@ class ControlPlane:
                 ("grpc.keepalive_time_ms", 30_000),
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.http2.max_pings_without_data", 0),
+                # grpcio's default SO_REUSEPORT would let another process share the port.
+                ("grpc.so_reuseport", 0),
             ]
         )
         add_to_server(server, AggregatedDiscoveryService(self.store, self.metrics))
