@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gateway.process_status import ProcessStatus
 from gateway.process_supervisor import GatewayProcesses
-from gateway.settings import GatewaySettings
+from gateway.settings import GatewaySettings, graceful_shutdown_s
 from shared import cpu_budget, logs
 from shared.errors import ConchError
 from shared.exits import EXIT_FINAL
@@ -73,7 +73,13 @@ def main() -> None:
     path, ours = metrics_dir()
     status = ProcessStatus.create(count)
     try:
-        code = GatewayProcesses(sock.fileno(), count, status, settings.start_attempts).run()
+        code = GatewayProcesses(
+            sock.fileno(),
+            count,
+            status,
+            settings.start_attempts,
+            graceful_shutdown_s(settings),
+        ).run()
     finally:
         sock.close()
         status.close(remove=True)

@@ -18,7 +18,7 @@ import uvicorn
 
 from gateway.app import app_from_env
 from gateway.process_status import GatewayProcess, ProcessStatus
-from gateway.settings import GatewaySettings
+from gateway.settings import GatewaySettings, graceful_shutdown_s
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> None:
         proxy_headers=False,
         server_header=False,
         log_config=None,
-        timeout_graceful_shutdown=10,
+        # SIGTERM: stop accepting, answer every request in flight (up to its deadline), then
+        # stop the reply reader and leave the registry.
+        timeout_graceful_shutdown=graceful_shutdown_s(settings),
     )
     sock = socket.socket(fileno=args.fd)
     uvicorn.Server(config).run(sockets=[sock])

@@ -26,7 +26,8 @@ from shared.exits import EXIT_FINAL
 
 log = logging.getLogger("gateway.supervisor")
 
-GRACE_S = 20.0  # uvicorn's graceful shutdown is 10 s; then SIGKILL
+# A process drains for its graceful shutdown (the deadline and a margin); then it is killed.
+KILL_AFTER_GRACE_S = 10.0
 QUICK_DEATH_S = 10.0  # a process that dies sooner than this after starting counts towards back-off
 
 
@@ -46,8 +47,16 @@ class _Slot:
 
 
 class GatewayProcesses:
-    def __init__(self, fd: int, count: int, status: ProcessStatus, start_attempts: int):
+    def __init__(
+        self,
+        fd: int,
+        count: int,
+        status: ProcessStatus,
+        start_attempts: int,
+        graceful_s: float = 35.0,
+    ):
         self._fd = fd
+        self._grace_s = graceful_s + KILL_AFTER_GRACE_S
         self._status = status
         self._attempts = max(1, start_attempts)
         self._slots = [_Slot(i) for i in range(count)]
@@ -164,7 +173,7 @@ class GatewayProcesses:
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_S
+        deadline = time.monotonic() + self._grace_s
         for process in running:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))

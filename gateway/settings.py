@@ -27,6 +27,15 @@ class GatewaySettings(Settings, kw_only=True):
     # Every request is answered by this deadline at the latest (a `timeout` parameter may lower
     # how long it may wait in the queue, never raise this).
     default_timeout_ms: int = 30_000
+    # Admission refuses at once ("no live worker") only when no worker of the version has been
+    # ready within this bound; a heartbeat that is merely late queues the request instead.
+    gone_bound_ms: int = 30_000
+    # Inference requests one gateway process holds at once; more are answered 503 at once.
+    # 0: no cap.
+    max_in_flight: int = 2_048
+    # Largest request body, and largest body after Content-Encoding is undone (413 beyond it);
+    # gRPC's message size limits are set to the same figure.
+    max_request_bytes: int = 64 * 1024 * 1024
     heartbeat_interval_ms: int = 1_000
     heartbeat_ttl_ms: int = 3_000
     # How often the model table (configs, ready versions) is re-read from Redis.
@@ -44,3 +53,10 @@ class GatewaySettings(Settings, kw_only=True):
     repository_requires_admin: bool = True
     # How long a load or unload waits for every worker of the fleet to answer.
     control_timeout_s: float = 120.0
+
+
+def graceful_shutdown_s(settings: GatewaySettings) -> float:
+    """How long a stopping gateway process drains (SIGTERM): until its last in-flight request
+    is answered, which is at most the default deadline away, plus a margin for the answer to
+    go out. A rolling restart then cuts no request."""
+    return settings.default_timeout_ms / 1000 + 5.0
