@@ -79,6 +79,7 @@ def main() -> None:
             status,
             settings.start_attempts,
             graceful_shutdown_s(settings),
+            sock.close,
         ).run()
     finally:
         sock.close()

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.process_status import STARTING, ProcessStatus
@@ -54,8 +55,13 @@ class GatewayProcesses:
         status: ProcessStatus,
         start_attempts: int,
         graceful_s: float = 35.0,
+        stop_listening: Callable[[], None] = lambda: None,
     ):
         self._fd = fd
+        # Stopping closes this process's copy of the listening socket, so that once the
+        # processes have closed theirs a new caller is refused (and retried elsewhere by the
+        # edge) instead of waiting in the backlog of a gateway that is going away.
+        self._stop_listening = stop_listening
         self._grace_s = graceful_s + KILL_AFTER_GRACE_S
         self._status = status
         self._attempts = max(1, start_attempts)
@@ -168,6 +174,7 @@ class GatewayProcesses:
         return None
 
     def _stop_all(self) -> None:
+        self._stop_listening()
         running = [s.process for s in self._slots if s.process is not None]
         for process in running:
             if process.poll() is None:
