@@ -44,6 +44,19 @@ def parser() -> argparse.ArgumentParser:
         help="also start a local Prometheus (the system's `prometheus`) scraping every service",
     )
     up_parser.add_argument("--prometheus-port", type=int, default=9090)
+    up_parser.add_argument(
+        "--allow-client-shm",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="let clients on this host register system shared memory regions (Triton's "
+        "--allow-client-shm)",
+    )
+    up_parser.add_argument(
+        "--server-name",
+        default="conch",
+        help="the name server metadata reports (GET /v2, gRPC ServerMetadata); "
+        "'triton' for client code that checks it",
+    )
     sub.add_parser("gateway", help="run one gateway service (uvicorn, several processes)")
     sub.add_parser("scheduler", help="run one scheduler service")
     sub.add_parser("worker", help="run one worker service: conch worker --backend NAME")

@@ -113,6 +113,8 @@ def up(args: argparse.Namespace) -> int:
                     "CONCH_GATEWAY_GRPC_PORT": str(args.grpc_port),
                     "CONCH_GATEWAY_ADMIN_TOKEN": admin_token,
                     "CONCH_GATEWAY_ALLOW_ANONYMOUS": str(args.allow_anonymous).lower(),
+                    "CONCH_GATEWAY_SERVER_NAME": args.server_name,
+                    "CONCH_GATEWAY_ALLOW_CLIENT_SHM": str(args.allow_client_shm).lower(),
                 },
             )
         )

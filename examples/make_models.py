@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write Conch's example Triton model repository: ``simple``, ``mlp`` and ``add_sub``.
+"""Write Conch's example Triton model repository: ``simple``, ``mlp``, ``add_sub`` and more.
 
     python examples/make_models.py [REPO]     (default: examples/model_repository)
 
@@ -36,12 +36,14 @@ DEFAULT_REPOSITORY = Path(__file__).resolve().parent / "model_repository"
 _TYPES = {
     "FP32": (TensorProto.FLOAT, "TYPE_FP32"),
     "INT32": (TensorProto.INT32, "TYPE_INT32"),
+    "INT8": (TensorProto.INT8, "TYPE_INT8"),
 }
 
 
 @dataclass(frozen=True)
 class TensorDef:
-    """One input or output: its name, v2 datatype and per-row width (the batch dim is implied)."""
+    """One input or output: its name, v2 datatype and per-row width (the batch dim is implied;
+    a width of -1 is a variable-size dimension)."""
 
     name: str
     datatype: str
@@ -57,7 +59,7 @@ class ExampleModel:
     inputs: tuple[TensorDef, ...]
     outputs: tuple[TensorDef, ...]
     max_batch_size: int
-    max_queue_delay_microseconds: int
+    max_queue_delay_microseconds: int | None
 
     def config_pbtxt(self) -> str:
         """The model's config.pbtxt in protobuf text format with Triton's field names."""
@@ -67,9 +69,13 @@ class ExampleModel:
             f"max_batch_size: {self.max_batch_size}\n"
             + _tensor_list("input", self.inputs)
             + _tensor_list("output", self.outputs)
-            + "dynamic_batching {\n"
-            + f"  max_queue_delay_microseconds: {self.max_queue_delay_microseconds}\n"
-            + "}\n"
+            + (
+                "dynamic_batching {\n"
+                f"  max_queue_delay_microseconds: {self.max_queue_delay_microseconds}\n"
+                "}\n"
+                if self.max_queue_delay_microseconds is not None
+                else ""
+            )
         )
 
 
@@ -87,8 +93,9 @@ def _tensor_list(kind: str, tensors: Sequence[TensorDef]) -> str:
 
 def _value_info(tensor: TensorDef) -> onnx.ValueInfoProto:
     # A symbolic leading "batch" dim: Triton adds the batch dimension when max_batch_size > 0.
+    width: int | str = tensor.width if tensor.width > 0 else "width"
     return helper.make_tensor_value_info(
-        tensor.name, _TYPES[tensor.datatype][0], ["batch", tensor.width]
+        tensor.name, _TYPES[tensor.datatype][0], ["batch", width]
     )
 
 
@@ -136,6 +143,27 @@ def build_simple() -> ExampleModel:
     return _add_sub("simple", "INT32", max_batch_size=8, delay_us=1000)
 
 
+def build_simple_int8() -> ExampleModel:
+    """Triton's ``simple_int8``: ``simple`` in INT8 (grpc_explicit_int8_content_client.py)."""
+    return _add_sub("simple_int8", "INT8", max_batch_size=8, delay_us=1000)
+
+
+def build_custom_identity_int32() -> ExampleModel:
+    """Triton's ``custom_identity_int32``: OUTPUT0 = INPUT0, INT32 of any width
+    (memory_growth_test.py); no dynamic batching, each request runs alone."""
+    inputs = (TensorDef("INPUT0", "INT32", -1),)
+    outputs = (TensorDef("OUTPUT0", "INT32", -1),)
+    nodes = [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])]
+    return ExampleModel(
+        name="custom_identity_int32",
+        onnx_model=_finish("custom_identity_int32", nodes, inputs, outputs),
+        inputs=inputs,
+        outputs=outputs,
+        max_batch_size=8,
+        max_queue_delay_microseconds=None,
+    )
+
+
 def build_add_sub() -> ExampleModel:
     """The benchmark's ``add_sub``: FP32 [16] sum and difference, measuring serving overhead."""
     return _add_sub("add_sub", "FP32", max_batch_size=64, delay_us=2000)
@@ -180,6 +208,8 @@ BUILDERS: dict[str, Callable[[], ExampleModel]] = {
     "simple": build_simple,
     "mlp": build_mlp,
     "add_sub": build_add_sub,
+    "simple_int8": build_simple_int8,
+    "custom_identity_int32": build_custom_identity_int32,
 }
 
 

@@ -20,8 +20,9 @@ from gateway.errors import EXCEPTION_HANDLERS
 from gateway.fastpath import FastInferApp
 from gateway.openapi import openapi_config
 from gateway.repository_routes import repository_router
-from gateway.server_identity import EXTENSIONS, SERVER_NAME, SERVER_VERSION
+from gateway.server_identity import SERVER_VERSION, server_metadata
 from gateway.settings import GatewaySettings
+from gateway.shared_memory_routes import shared_memory_router
 from gateway.state import GatewayState
 from shared import logs, metrics, tracing
 
@@ -38,10 +39,8 @@ def _json_response(body: Any, status: int = 200) -> Response:
 
 
 @get("/v2")
-async def server_metadata() -> Response:
-    return _json_response(
-        {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
-    )
+async def server_metadata_route(request: Request) -> Response:
+    return _json_response(server_metadata(_state(request).settings.server_name))
 
 
 @get("/metrics", include_in_schema=False)
@@ -141,7 +140,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
 
     return Litestar(
         route_handlers=[
-            server_metadata,
+            server_metadata_route,
             prometheus_metrics,
             health_live,
             health_ready,
@@ -152,6 +151,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             infer,
             admin_router(),
             repository_router(),
+            shared_memory_router(),
         ],
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -20,6 +20,7 @@ from gateway.auth import Tenant
 from gateway.caller import ANONYMOUS_CALLER, Caller
 from gateway.enqueue import CoalescedScript
 from gateway.http_codec import ParsedRequest
+from gateway.infer_extensions import InferExtensions
 from gateway.model_table import ModelTable
 from gateway.queue_ticket import queue_ticket
 from gateway.replies import ReplyRouter
@@ -58,6 +59,9 @@ class InferOutcome:
 
 
 class DataPlane:
+    # Shared memory and classification around each inference (set by the gateway's state).
+    extensions: InferExtensions
+
     def __init__(
         self,
         r: aioredis.Redis,

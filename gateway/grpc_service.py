@@ -14,18 +14,19 @@ from gateway import stats
 from gateway.caller import ROUTE_KEY_HEADER, Caller
 from gateway.errors import GRPC_STATUS
 from gateway.grpc_codec import encode_grpc_response, parse_grpc_request
-from gateway.server_identity import EXTENSIONS, SERVER_NAME, SERVER_VERSION
+from gateway.grpc_extensions import SharedMemoryService
+from gateway.server_identity import server_metadata
 from gateway.state import GatewayState
 from shared.errors import ConchError, ErrorCode
 
 log = logging.getLogger(__name__)
 
 
-class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
+class InferenceService(SharedMemoryService, service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, state: GatewayState):
         self.state = state
         self._metadata = service_pb2.ServerMetadataResponse(
-            name=SERVER_NAME, version=SERVER_VERSION, extensions=EXTENSIONS
+            **server_metadata(state.settings.server_name)
         )
 
     async def ServerLive(self, request: Any, context: Any) -> Any:
@@ -85,14 +86,23 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         headers = dict(context.invocation_metadata() or ())
         try:
             parsed = parse_grpc_request(request)
+            dataplane = self.state.dataplane
+            plan = await dataplane.extensions.prepare(parsed)
             caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
-            outcome = await self.state.dataplane.infer(
+            outcome = await dataplane.infer(
                 request.model_name, request.model_version or None, parsed, caller
+            )
+            finished = await dataplane.extensions.finish(
+                plan, dataplane.table.config(request.model_name), outcome.reply.outputs
             )
         except ConchError as exc:
             await context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
         return encode_grpc_response(
-            request.model_name, outcome.version, request.id, outcome.reply.outputs
+            request.model_name,
+            outcome.version,
+            request.id,
+            finished.outputs,
+            finished.in_shared_memory,
         )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from shared import keys, model_registry, periodic, readiness
-from shared.errors import not_found
+from shared.errors import invalid, not_found
 from shared.model_config import ModelConfig, TensorSpec
 
 log = logging.getLogger(__name__)
@@ -53,9 +53,9 @@ class ModelTable:
         if version:
             try:
                 number = int(version)
-            except ValueError:
-                raise not_found(
-                    f"Request for unknown model: '{model}' version '{version}' is not a number"
+            except ValueError:  # Triton's text (clients match on it)
+                raise invalid(
+                    f"failed to get model version from specified version string '{version}'"
                 ) from None
             if number not in known:
                 raise not_found(

@@ -9,6 +9,8 @@ class GatewaySettings(Settings, kw_only=True):
     __prefix__ = "CONCH_GATEWAY_"
 
     host: str = "0.0.0.0"
+    # The name GET /v2 and gRPC ServerMetadata report ("triton" for clients that check it).
+    server_name: str = "conch"
     http_port: int = 8000
     # Processes sharing the HTTP port; each has its own Redis pool and reply reader.
     processes: int = 2
@@ -34,3 +36,7 @@ class GatewaySettings(Settings, kw_only=True):
     repository_requires_admin: bool = True
     # How long a load or unload waits for every worker of the fleet to answer.
     control_timeout_s: float = 120.0
+    # Triton's --allow-client-shm: clients may register system (and CUDA) shared memory.
+    allow_client_shm: bool = False
+    # Whose registrations this gateway shares: the gateways of one host (default: hostname).
+    shm_host: str = ""

@@ -18,11 +18,13 @@ from gateway.admin_store import AdminStore
 from gateway.admission import Admission
 from gateway.auth import TenantTable
 from gateway.dataplane import DataPlane
+from gateway.infer_extensions import InferExtensions
 from gateway.model_table import ModelTable
 from gateway.ratelimit import RateLimiter
 from gateway.replies import ReplyRouter
 from gateway.repository_control import RepositoryControl
 from gateway.settings import GatewaySettings
+from gateway.shared_memory import SharedMemoryManager
 from gateway.traffic_table import TrafficTable
 from gateway.version_router import VersionRouter
 from shared import heartbeats, metrics, periodic, redis_conn
@@ -51,6 +53,10 @@ class GatewayState:
             Admission(self.tenants, RateLimiter(self.redis)),
             VersionRouter(self.table, self.traffic),
         )
+        self.shared_memory = SharedMemoryManager(
+            self.redis, settings.shm_host or os.uname().nodename, settings.allow_client_shm
+        )
+        self.dataplane.extensions = InferExtensions(self.redis, self.shared_memory)
         self.admin = AdminStore(self.redis)
         self.repository = RepositoryControl(self.redis, self.table, settings.control_timeout_s)
         self._tasks: list[asyncio.Task[None]] = []
@@ -78,6 +84,7 @@ class GatewayState:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         with contextlib.suppress(Exception):
             await heartbeats.deregister(self.redis, "gateway", self.id)
+        self.shared_memory.close()
         await self.redis.aclose()
 
     async def refresh_policy(self) -> None:

@@ -160,3 +160,17 @@ def control_acks(message_id: str) -> str:
 def repository_index() -> str:
     """HASH model -> what workers found on disk ``{"versions": [...], "error": ...}``."""
     return f"{PREFIX}:repository"
+
+
+# --- Protocol extensions (shared memory, response cache, trace and log settings) --------------
+
+
+def shm_regions(host: str) -> str:
+    """HASH region name -> registration JSON: the shared memory regions clients registered with
+    the gateways of one host (regions are host memory: only that host's gateways can map them)."""
+    return f"{PREFIX}:shm:{{{host}}}"
+
+
+def labels() -> str:
+    """HASH model -> JSON {output: [label, ...]}: classification labels, published by workers."""
+    return f"{PREFIX}:labels"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from shared import keys, model_registry, streams
+from shared import keys, labels, model_registry, streams
 from shared.errors import ConchError
 from shared.repository import ScanResult
 from workers.loader import load_version
@@ -65,6 +65,7 @@ async def load_at_startup(scan: ScanResult, host: VersionHost) -> None:
             )
         if versions:
             await model_registry.publish_model(redis, model.config)
+            await labels.publish(redis, model.path, model.config)
             await streams.ensure_groups(
                 redis, [keys.batch_stream(name, v) for v in versions], keys.WORKER_GROUP
             )

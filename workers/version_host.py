@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 
 import redis.asyncio as aioredis
 
-from shared import clock, heartbeats, keys, model_registry, readiness, streams
+from shared import clock, heartbeats, keys, labels, model_registry, readiness, streams
 from shared.errors import ConchError
 from shared.repository import RepositoryModel
 from workers.backend import Backend, ModelInstance
@@ -114,6 +114,7 @@ class VersionHost:
                     await asyncio.to_thread(unload_instances, done)
                 raise VersionLoadError(version, text) from exc
         await model_registry.publish_model(self.redis, model.config)
+        await labels.publish(self.redis, model.path, model.config)
         await streams.ensure_groups(
             self.redis,
             [keys.batch_stream(name, lv.version) for lv in loaded],
