@@ -9,6 +9,7 @@ import grpc
 from tritonclient.grpc import service_pb2
 
 from gateway import shared_memory as shm
+from gateway.admin_guard import check_admin_token
 from gateway.errors import GRPC_STATUS, REDIS_ERRORS
 from shared.errors import ConchError
 
@@ -79,8 +80,57 @@ async def _guard_async(context: Any, awaitable: Any) -> Any:
     try:
         return await awaitable
     except ConchError as exc:
-        await context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
+        status = GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL)
+        if _POLL_FAILED in exc.message:
+            status = grpc.StatusCode.INTERNAL
+        await context.abort(status, exc.message)
     except REDIS_ERRORS as exc:
         await context.abort(
             grpc.StatusCode.UNAVAILABLE, f"the mesh's Redis is unreachable ({type(exc).__name__})"
         )
+
+
+# Triton answers a load whose files cannot be written with INTERNAL (its TRI-958); gRPC clients
+# check for that status. Over HTTP the same error is a 400.
+_POLL_FAILED = "failed to poll from model repository"
+
+
+class RepositoryService:
+    """Triton's model repository RPCs: index, load (config override, files), unload."""
+
+    state: GatewayState
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        await self._repository_guard(context)
+        entries = await _guard_async(context, self.state.repository.index(request.ready))
+        response = service_pb2.RepositoryIndexResponse()
+        for entry in entries:
+            response.models.add(**entry)
+        return response
+
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        await self._repository_guard(context)
+        parameters = {k: _parameter(v) for k, v in request.parameters.items()}
+        await _guard_async(context, self.state.repository.load(request.model_name, parameters))
+        return service_pb2.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        await self._repository_guard(context)
+        parameters = {k: _parameter(v) for k, v in request.parameters.items()}
+        await _guard_async(context, self.state.repository.unload(request.model_name, parameters))
+        return service_pb2.RepositoryModelUnloadResponse()
+
+    async def _repository_guard(self, context: Any) -> None:
+        settings = self.state.settings
+        if not settings.repository_requires_admin:
+            return
+        metadata = dict(context.invocation_metadata() or ())
+        try:
+            check_admin_token(settings.admin_token, metadata.get("authorization"))
+        except ConchError as exc:
+            await context.abort(GRPC_STATUS[exc.code], exc.message)
+
+
+def _parameter(parameter: Any) -> Any:
+    choice = parameter.WhichOneof("parameter_choice")
+    return getattr(parameter, choice) if choice else None

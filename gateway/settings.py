@@ -36,6 +36,8 @@ class GatewaySettings(Settings, kw_only=True):
     repository_requires_admin: bool = True
     # How long a load or unload waits for every worker of the fleet to answer.
     control_timeout_s: float = 120.0
+    # Model files one repository load may carry (Triton's file:<path> parameters), in bytes.
+    max_upload_bytes: int = 64 * 1024 * 1024
     # Triton's --allow-client-shm: clients may register system (and CUDA) shared memory.
     allow_client_shm: bool = False
     # Whose registrations this gateway shares: the gateways of one host (default: hostname).

@@ -58,7 +58,9 @@ class GatewayState:
         )
         self.dataplane.extensions = InferExtensions(self.redis, self.shared_memory)
         self.admin = AdminStore(self.redis)
-        self.repository = RepositoryControl(self.redis, self.table, settings.control_timeout_s)
+        self.repository = RepositoryControl(
+            self.redis, self.table, settings.control_timeout_s, settings.max_upload_bytes
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

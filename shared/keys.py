@@ -174,3 +174,9 @@ def shm_regions(host: str) -> str:
 def labels() -> str:
     """HASH model -> JSON {output: [label, ...]}: classification labels, published by workers."""
     return f"{PREFIX}:labels"
+
+
+def control_files(model: str) -> str:
+    """HASH relative path -> bytes: the model files the last load of a model sent (Triton's
+    ``file:<path>`` load parameters), written into every worker's model directory."""
+    return f"{PREFIX}:control:files:{model}"

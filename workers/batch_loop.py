@@ -52,7 +52,7 @@ class BatchLoop:
             self._settings.redis_url, name="conch-worker-read"
         )
         try:
-            while not self._stopping.is_set():
+            while not self._stopping.is_set() and not loaded.retired:
                 if not reclaimed.empty():
                     await self._process_or_retry(
                         loaded, instance, reclaimed.get_nowait(), reclaimed

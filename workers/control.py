@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 
 import redis.asyncio as aioredis
 
@@ -32,7 +33,8 @@ class ModelControl:
     async def startup_scan(self, scan: ScanResult) -> ScanResult:
         """Apply the fleet's desired state to what the disk says, and publish the index."""
         self._cursor = await control.last_id(self._host.redis)
-        return await apply_fleet_state(self._host.redis, scan)
+        root = Path(self._host.settings.model_repository)
+        return await apply_fleet_state(self._host.redis, scan, root)
 
     async def run(self) -> None:
         client: aioredis.Redis = redis_conn.dedicated(

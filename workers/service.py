@@ -54,7 +54,10 @@ class WorkerService:
         versions = self.versions
         background: list[asyncio.Task[None]] = []
         try:
-            scan = await self.control.startup_scan(repository.scan(self.settings.model_repository))
+            found = repository.scan(
+                self.settings.model_repository, not self.settings.strict_model_config
+            )
+            scan = await self.control.startup_scan(found)
             await load_at_startup(scan, versions)
             total = sum(len(v.instances) for v in versions.loaded.values())
             self._batches.executor = ThreadPoolExecutor(  # headroom for versions loaded at runtime

@@ -14,6 +14,7 @@ import logging
 from shared import keys, labels, model_registry, streams
 from shared.errors import ConchError
 from shared.repository import ScanResult
+from workers import auto_complete
 from workers.loader import load_version
 from workers.version_host import VersionHost
 
@@ -28,6 +29,13 @@ async def load_at_startup(scan: ScanResult, host: VersionHost) -> None:
     wanted = set(settings.models)
     for name, model in scan.models.items():
         if (wanted and name not in wanted) or not backend.accepts(model.config):
+            continue
+        try:
+            model = await asyncio.to_thread(
+                auto_complete.complete, backend, model, settings.strict_model_config
+            )
+        except ConchError as exc:
+            log.error("model not loadable", extra={"model": name, "error": exc.message})
             continue
         if not model.versions:
             log.error(
