@@ -52,6 +52,22 @@ def parser() -> argparse.ArgumentParser:
         "--allow-client-shm)",
     )
     up_parser.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        metavar="CACHE,KEY=VALUE",
+        help="Triton's response cache for models with response_cache { enable: true }: "
+        "'local,size=512M' starts a private cache Redis of that size (LRU eviction), "
+        "'redis,host=H,port=P' uses an existing one; shared by every gateway",
+    )
+    up_parser.add_argument(
+        "--strict-model-config",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Triton's --strict-model-config: true turns auto-complete off (configurations "
+        "must list inputs and outputs)",
+    )
+    up_parser.add_argument(
         "--server-name",
         default="conch",
         help="the name server metadata reports (GET /v2, gRPC ServerMetadata); "

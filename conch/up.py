@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 
-from conch import http_wait
+from conch import cache_config, http_wait
 from conch.local_prometheus import LocalPrometheus
 from conch.mesh_ready import wait_ready
 from conch.ports import free_port
@@ -49,12 +49,27 @@ def up(args: argparse.Namespace) -> int:
         print(f"conch up: no servable model in {repo}", file=sys.stderr)
         return 2
 
+    try:
+        cache = cache_config.parse(args.cache_config)
+    except ValueError as exc:
+        print(f"conch up: {exc}", file=sys.stderr)
+        return 2
     private: PrivateRedis | None = None
+    cache_redis: PrivateRedis | None = None
     redis_url = os.environ.get("CONCH_REDIS_URL")
     if not redis_url:
         private = PrivateRedis().start()
         redis_url = private.url
         log.info("private redis started", extra={"url": redis_url, "tcp_url": private.tcp_url})
+    cache_url = ""
+    if cache is not None and cache.kind == "local":
+        cache_redis = PrivateRedis(
+            extra_args=("--maxmemory", str(cache.size_bytes), "--maxmemory-policy", "allkeys-lru")
+        ).start()
+        cache_url = cache_redis.url
+        log.info("response cache started", extra={"url": cache_url, "bytes": cache.size_bytes})
+    elif cache is not None:
+        cache_url = cache.url
     common = {
         "CONCH_REDIS_URL": redis_url,
         "CONCH_LOG_FORMAT": args.log_format,
@@ -62,6 +77,7 @@ def up(args: argparse.Namespace) -> int:
         "PYTHONUNBUFFERED": "1",
     }
     admin_token = args.admin_token or secrets.token_urlsafe(24)
+    strict = str(args.strict_model_config).lower()
     python = sys.executable
     supervisor = Supervisor()
     stopping = False
@@ -98,6 +114,7 @@ def up(args: argparse.Namespace) -> int:
                             **common,
                             "CONCH_WORKER_MODEL_REPOSITORY": str(repo),
                             "CONCH_WORKER_HEALTH_PORT": str(port),
+                            "CONCH_WORKER_STRICT_MODEL_CONFIG": strict,
                         },
                     )
                 )
@@ -115,6 +132,7 @@ def up(args: argparse.Namespace) -> int:
                     "CONCH_GATEWAY_ALLOW_ANONYMOUS": str(args.allow_anonymous).lower(),
                     "CONCH_GATEWAY_SERVER_NAME": args.server_name,
                     "CONCH_GATEWAY_ALLOW_CLIENT_SHM": str(args.allow_client_shm).lower(),
+                    "CONCH_GATEWAY_CACHE_REDIS_URL": cache_url,
                 },
             )
         )
@@ -152,6 +170,8 @@ def up(args: argparse.Namespace) -> int:
             prometheus.stop()
         if private is not None:
             private.stop()
+        if cache_redis is not None:
+            cache_redis.stop()
 
 
 def _restart_if_exited(private: PrivateRedis) -> None:

@@ -24,10 +24,11 @@ from gateway.infer_extensions import InferExtensions
 from gateway.model_table import ModelTable
 from gateway.queue_ticket import queue_ticket
 from gateway.replies import ReplyRouter
+from gateway.response_cache import ResponseCache, request_key
 from gateway.validation import ValidRequest, validate
 from gateway.version_router import VersionRouter
 from shared import envelope, keys, metrics, tracing
-from shared.envelope import InferRequest, Reply, RequestHeader
+from shared.envelope import InferRequest, Reply, RequestHeader, Tensor
 from shared.errors import ConchError, ErrorCode, unavailable
 from shared.ids import new_id
 from shared.logs import request_id_var
@@ -61,6 +62,8 @@ class InferOutcome:
 class DataPlane:
     # Shared memory and classification around each inference (set by the gateway's state).
     extensions: InferExtensions
+    # Triton's response cache, shared by the fleet (None: no cache configured).
+    cache: ResponseCache | None = None
 
     def __init__(
         self,
@@ -116,6 +119,14 @@ class DataPlane:
         request_id_var.set(parsed.id or request_id)
         started, code = received or time.perf_counter(), ErrorCode.CANCELLED.value
         arm = "shadow" if caller.trusted else "pinned" if version else "routed"
+        cache_key, lookup_ns = None, 0
+        if self.cache is not None and self.cache.applies(config, self.table.configs):
+            looked = time.perf_counter_ns()
+            cache_key = request_key(model, number, valid, parsed.parameters)
+            cached = await self.cache.lookup(cache_key)
+            lookup_ns = time.perf_counter_ns() - looked
+            if cached is not None:
+                return self._cache_hit(model, number, arm, valid, cached, started, lookup_ns)
         span = tracing.start(
             "conch.gateway.infer", None, {"model": model, "version": number, "arm": arm}
         )
@@ -195,6 +206,25 @@ class DataPlane:
             metrics.record_request(model, number, arm, code, time.perf_counter() - started)
         if reply.error_code:
             raise ConchError(ErrorCode(reply.error_code), reply.error)
+        if cache_key is not None and self.cache is not None:
+            self.cache.store(cache_key, model, number, reply.outputs, lookup_ns)
+        return InferOutcome(reply, valid, number)
+
+    def _cache_hit(
+        self,
+        model: str,
+        number: int,
+        arm: str,
+        valid: ValidRequest,
+        outputs: list[Tensor],
+        started: float,
+        lookup_ns: int,
+    ) -> InferOutcome:
+        """A request answered from the response cache: never queued, counted as Triton does."""
+        assert self.cache is not None
+        self.cache.stats.hit(model, number, lookup_ns)
+        metrics.record_request(model, number, arm, "OK", time.perf_counter() - started)
+        reply = Reply(id="", model=model, version=number, outputs=outputs)
         return InferOutcome(reply, valid, number)
 
     def _send_shadow(

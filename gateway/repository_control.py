@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 
 from gateway.model_table import ModelTable
 from gateway.repository_files import load_request
+from gateway.response_cache import ResponseCache
 from gateway.traffic_table import decode_weights
 from shared import clock, control, heartbeats, keys, model_registry, readiness
 from shared.errors import ConchError, ErrorCode, invalid, unavailable
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 
 class RepositoryControl:
     """Load and unload across the fleet, from one gateway process."""
+
+    # The response cache, whose entries of a model go when the model is loaded again or unloaded.
+    cache: ResponseCache | None = None
 
     def __init__(
         self,
@@ -98,6 +102,8 @@ class RepositoryControl:
                 + (f" ({'; '.join(reasons)})" if reasons else "")
             )
         loaded = sorted({v for a in done for v in a.loaded})
+        if self.cache is not None:
+            await self.cache.invalidate(model)
         log.info("model loaded across the fleet", extra={"model": model, "versions": loaded})
         await self._table.refresh()
         return loaded
@@ -144,6 +150,8 @@ class RepositoryControl:
         _raise_for_errors(acks, "unload", model)
         unloaded = sorted({v for a in acks for v in a.unloaded})
         await self._forget(model, unloaded, weights)
+        if self.cache is not None and unloaded:
+            await self.cache.invalidate(model)
         log.info("model unloaded across the fleet", extra={"model": model, "versions": unloaded})
         return unloaded
 

@@ -38,6 +38,11 @@ class GatewaySettings(Settings, kw_only=True):
     control_timeout_s: float = 120.0
     # Model files one repository load may carry (Triton's file:<path> parameters), in bytes.
     max_upload_bytes: int = 64 * 1024 * 1024
+    # Triton's response cache: the cache Redis (its own server, with maxmemory and an allkeys-lru
+    # policy); empty: no response cache. conch up --cache-config local,size=N starts one.
+    cache_redis_url: str = ""
+    # Responses larger than this (bytes, encoded) are not cached.
+    cache_max_entry_bytes: int = 16 * 1024 * 1024
     # Triton's --allow-client-shm: clients may register system (and CUDA) shared memory.
     allow_client_shm: bool = False
     # Whose registrations this gateway shares: the gateways of one host (default: hostname).

@@ -17,12 +17,14 @@ import uuid
 from gateway.admin_store import AdminStore
 from gateway.admission import Admission
 from gateway.auth import TenantTable
+from gateway.cache_stats import CacheStats
 from gateway.dataplane import DataPlane
 from gateway.infer_extensions import InferExtensions
 from gateway.model_table import ModelTable
 from gateway.ratelimit import RateLimiter
 from gateway.replies import ReplyRouter
 from gateway.repository_control import RepositoryControl
+from gateway.response_cache import ResponseCache
 from gateway.settings import GatewaySettings
 from gateway.shared_memory import SharedMemoryManager
 from gateway.traffic_table import TrafficTable
@@ -57,10 +59,19 @@ class GatewayState:
             self.redis, settings.shm_host or os.uname().nodename, settings.allow_client_shm
         )
         self.dataplane.extensions = InferExtensions(self.redis, self.shared_memory)
+        self.cache_stats = CacheStats(self.redis)
+        self.response_cache = ResponseCache(
+            settings.cache_redis_url,
+            self.cache_stats,
+            max_entry_bytes=settings.cache_max_entry_bytes,
+        )
+        if self.response_cache.enabled:
+            self.dataplane.cache = self.response_cache
         self.admin = AdminStore(self.redis)
         self.repository = RepositoryControl(
             self.redis, self.table, settings.control_timeout_s, settings.max_upload_bytes
         )
+        self.repository.cache = self.dataplane.cache
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -72,6 +83,7 @@ class GatewayState:
             asyncio.create_task(metrics.redis_rtt_probe(self.redis, "gateway"), name="rtt"),
             asyncio.create_task(self.run_policy(), name="traffic-policy"),
         ]
+        await self.response_cache.check()
         try:
             await asyncio.wait_for(self.table.loaded.wait(), timeout=10)
             await asyncio.wait_for(self.policy_loaded.wait(), timeout=10)
@@ -84,6 +96,8 @@ class GatewayState:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.response_cache.close()
+        await self.cache_stats.close()
         with contextlib.suppress(Exception):
             await heartbeats.deregister(self.redis, "gateway", self.id)
         self.shared_memory.close()

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
+from shared.metrics.cache import COUNTER_TYPED
 from shared.metrics.triton_counter import render_all
 
 log = logging.getLogger("shared.metrics")
@@ -45,5 +46,12 @@ def exposition(registry: CollectorRegistry = REGISTRY) -> bytes:
 
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, path=path)
-        return generate_latest(merged)
-    return generate_latest(registry) + render_all().encode()
+        return _counter_typed(generate_latest(merged))
+    return _counter_typed(generate_latest(registry)) + render_all().encode()
+
+
+def _counter_typed(text: bytes) -> bytes:
+    """Triton's cache counters, kept as summed gauges, typed as the counters they are."""
+    for name in COUNTER_TYPED:
+        text = text.replace(f"# TYPE {name} gauge\n".encode(), f"# TYPE {name} counter\n".encode())
+    return text
