@@ -22,6 +22,7 @@ from gateway.openapi import openapi_config
 from gateway.repository_routes import repository_router
 from gateway.server_identity import SERVER_VERSION, server_metadata
 from gateway.settings import GatewaySettings
+from gateway.settings_routes import settings_router
 from gateway.shared_memory_routes import shared_memory_router
 from gateway.state import GatewayState
 from shared import logs, metrics, tracing
@@ -152,6 +153,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
             admin_router(),
             repository_router(),
             shared_memory_router(),
+            settings_router(),
         ],
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -25,6 +25,7 @@ from gateway.model_table import ModelTable
 from gateway.queue_ticket import queue_ticket
 from gateway.replies import ReplyRouter
 from gateway.response_cache import ResponseCache, request_key
+from gateway.trace_settings import TraceSettings
 from gateway.validation import ValidRequest, validate
 from gateway.version_router import VersionRouter
 from shared import envelope, keys, metrics, tracing
@@ -64,6 +65,8 @@ class DataPlane:
     extensions: InferExtensions
     # Triton's response cache, shared by the fleet (None: no cache configured).
     cache: ResponseCache | None = None
+    # Triton's trace settings: which requests to trace, at what level (None: trace every one).
+    traces: TraceSettings | None = None
 
     def __init__(
         self,
@@ -127,9 +130,12 @@ class DataPlane:
             lookup_ns = time.perf_counter_ns() - looked
             if cached is not None:
                 return self._cache_hit(model, number, arm, valid, cached, started, lookup_ns)
-        span = tracing.start(
-            "conch.gateway.infer", None, {"model": model, "version": number, "arm": arm}
-        )
+        span = tracing.NULL_SPAN
+        if tracing.ENABLED and (self.traces is None or await self.traces.sample(model)):
+            attributes = {"model": model, "version": number, "arm": arm}
+            if self.traces is not None:
+                attributes.update(self.traces.tensor_attributes(model, valid.inputs))
+            span = tracing.start("conch.gateway.infer", None, attributes)
         now = int(time.time() * 1000)
         deadline = now + self._default_timeout_ms
         header = RequestHeader(

@@ -3,14 +3,17 @@ mixed into ``gateway.grpc_service.InferenceService``; the work is the same modul
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import grpc
+import msgspec
 from tritonclient.grpc import service_pb2
 
 from gateway import shared_memory as shm
 from gateway.admin_guard import check_admin_token
 from gateway.errors import GRPC_STATUS, REDIS_ERRORS
+from shared import log_settings
 from shared.errors import ConchError
 
 if TYPE_CHECKING:
@@ -134,3 +137,61 @@ class RepositoryService:
 def _parameter(parameter: Any) -> Any:
     choice = parameter.WhichOneof("parameter_choice")
     return getattr(parameter, choice) if choice else None
+
+
+class SettingsService:
+    """Triton's trace and logging RPCs (the same settings as ``gateway.settings_routes``);
+    changes need the admin token as the repository RPCs do (``RepositoryService``)."""
+
+    state: GatewayState
+
+    async def _repository_guard(self, context: Any) -> None: ...
+
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        model = request.model_name or None
+        if model is not None and model not in self.state.table.configs:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"Request for unknown model : {model}"
+            )
+        traces = self.state.traces
+        if request.settings:
+            await self._repository_guard(context)
+            changes = {
+                name: (list(value.value) if name == "trace_level" else value.value[0])
+                if value.value
+                else None
+                for name, value in request.settings.items()
+            }
+            found = await _guard_async(context, traces.update(model, changes))
+        else:
+            found = await _guard_async(context, traces.get(model))
+        response = service_pb2.TraceSettingResponse()
+        for name, value in found.items():
+            values = value if isinstance(value, list) else [value]
+            response.settings[name].value.extend(values)
+        return response
+
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        redis = self.state.redis
+        current = await _guard_async(context, log_settings.read(redis))
+        if current is None:
+            current = log_settings.from_level(logging.getLogger().getEffectiveLevel())
+        if request.settings:
+            await self._repository_guard(context)
+            changes = {name: _parameter(value) for name, value in request.settings.items()}
+            try:
+                current = log_settings.updated(current, changes)
+            except ConchError as exc:
+                await context.abort(GRPC_STATUS[exc.code], exc.message)
+            await _guard_async(context, log_settings.write(redis, current))
+            log_settings.apply(current)
+        response = service_pb2.LogSettingsResponse()
+        for name, value in msgspec.structs.asdict(current).items():
+            setting = response.settings[name]
+            if isinstance(value, bool):
+                setting.bool_param = value
+            elif isinstance(value, int):
+                setting.uint32_param = value
+            else:
+                setting.string_param = value
+        return response

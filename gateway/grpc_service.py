@@ -14,7 +14,7 @@ from gateway import stats
 from gateway.caller import ROUTE_KEY_HEADER, Caller
 from gateway.errors import GRPC_STATUS
 from gateway.grpc_codec import encode_grpc_response, parse_grpc_request
-from gateway.grpc_extensions import RepositoryService, SharedMemoryService
+from gateway.grpc_extensions import RepositoryService, SettingsService, SharedMemoryService
 from gateway.server_identity import server_metadata
 from gateway.state import GatewayState
 from shared.errors import ConchError, ErrorCode
@@ -23,7 +23,10 @@ log = logging.getLogger(__name__)
 
 
 class InferenceService(
-    SharedMemoryService, RepositoryService, service_pb2_grpc.GRPCInferenceServiceServicer
+    SharedMemoryService,
+    RepositoryService,
+    SettingsService,
+    service_pb2_grpc.GRPCInferenceServiceServicer,
 ):
     def __init__(self, state: GatewayState):
         self.state = state

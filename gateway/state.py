@@ -27,9 +27,10 @@ from gateway.repository_control import RepositoryControl
 from gateway.response_cache import ResponseCache
 from gateway.settings import GatewaySettings
 from gateway.shared_memory import SharedMemoryManager
+from gateway.trace_settings import TraceSettings
 from gateway.traffic_table import TrafficTable
 from gateway.version_router import VersionRouter
-from shared import heartbeats, metrics, periodic, redis_conn
+from shared import heartbeats, log_settings, metrics, periodic, redis_conn
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class GatewayState:
         )
         if self.response_cache.enabled:
             self.dataplane.cache = self.response_cache
+        self.traces = TraceSettings(self.redis)
+        self.dataplane.traces = self.traces
         self.admin = AdminStore(self.redis)
         self.repository = RepositoryControl(
             self.redis, self.table, settings.control_timeout_s, settings.max_upload_bytes
@@ -82,6 +85,8 @@ class GatewayState:
             asyncio.create_task(self.heartbeat(), name="heartbeat"),
             asyncio.create_task(metrics.redis_rtt_probe(self.redis, "gateway"), name="rtt"),
             asyncio.create_task(self.run_policy(), name="traffic-policy"),
+            asyncio.create_task(self.traces.run(), name="trace-settings"),
+            asyncio.create_task(log_settings.follow(self.settings.redis_url), name="log-settings"),
         ]
         await self.response_cache.check()
         try:

@@ -22,6 +22,7 @@ from shared import (
     envelope,
     heartbeats,
     keys,
+    log_settings,
     metrics,
     model_registry,
     readiness,
@@ -61,6 +62,7 @@ class SchedulerService:
             self._read_loop(),
             self._reclaim_loop(),
             self._done_loop(),
+            log_settings.follow(self.settings.redis_url),
         ]
         try:
             await asyncio.gather(*loops)

@@ -15,7 +15,7 @@ import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from shared import heartbeats, metrics, readiness, redis_conn, repository
+from shared import heartbeats, log_settings, metrics, readiness, redis_conn, repository
 from shared.health_http import HealthServer
 from workers.backend import Backend
 from workers.backend_table import load_backend
@@ -72,6 +72,9 @@ class WorkerService:
                 asyncio.create_task(heartbeat_loop(versions, self._stopping), name="heartbeat"),
                 asyncio.create_task(reclaim_loop(versions, self._stopping), name="reclaim"),
                 asyncio.create_task(self.control.run(), name="model-control"),
+                asyncio.create_task(
+                    log_settings.follow(self.settings.redis_url), name="log-settings"
+                ),
             ]
             self.ready.set()
             log.info(
