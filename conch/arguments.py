@@ -68,6 +68,17 @@ def parser() -> argparse.ArgumentParser:
         "must list inputs and outputs)",
     )
     up_parser.add_argument(
+        "--http-header-forward-pattern",
+        default="",
+        help="HTTP request headers whose name matches this regular expression reach the model "
+        "as request parameters (Triton's flag; case-insensitive unless it starts with (?-i))",
+    )
+    up_parser.add_argument(
+        "--grpc-header-forward-pattern",
+        default="",
+        help="the same for gRPC request metadata",
+    )
+    up_parser.add_argument(
         "--server-name",
         default="conch",
         help="the name server metadata reports (GET /v2, gRPC ServerMetadata); "

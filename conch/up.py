@@ -133,6 +133,8 @@ def up(args: argparse.Namespace) -> int:
                     "CONCH_GATEWAY_SERVER_NAME": args.server_name,
                     "CONCH_GATEWAY_ALLOW_CLIENT_SHM": str(args.allow_client_shm).lower(),
                     "CONCH_GATEWAY_CACHE_REDIS_URL": cache_url,
+                    "CONCH_GATEWAY_HTTP_HEADER_FORWARD_PATTERN": args.http_header_forward_pattern,
+                    "CONCH_GATEWAY_GRPC_HEADER_FORWARD_PATTERN": args.grpc_header_forward_pattern,
                 },
             )
         )

@@ -92,7 +92,7 @@ class InferenceService(
         try:
             parsed = parse_grpc_request(request)
             dataplane = self.state.dataplane
-            plan = await dataplane.extensions.prepare(parsed)
+            plan = await dataplane.extensions.prepare(parsed, headers, grpc=True)
             caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
             outcome = await dataplane.infer(
                 request.model_name, request.model_version or None, parsed, caller

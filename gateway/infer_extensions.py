@@ -9,12 +9,13 @@ untouched by either.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import msgspec
 import redis.asyncio as aioredis
 
-from gateway import classification
+from gateway import classification, header_forwarding
 from gateway.http_codec import ParsedRequest, check_binary
 from gateway.shared_memory import OutputTarget, Registration, SharedMemoryManager
 from gateway.shm_params import ShmRef, shm_ref
@@ -47,14 +48,29 @@ class Finished:
 
 
 class InferExtensions:
-    def __init__(self, r: aioredis.Redis, shared_memory: SharedMemoryManager):
+    def __init__(
+        self,
+        r: aioredis.Redis,
+        shared_memory: SharedMemoryManager,
+        http_header_pattern: str = "",
+        grpc_header_pattern: str = "",
+    ):
         self._redis = r
         self.shared_memory = shared_memory
+        self._forward = {
+            False: header_forwarding.compile_pattern(http_header_pattern),
+            True: header_forwarding.compile_pattern(grpc_header_pattern),
+        }
         # model -> (the config the labels were read for, the labels)
         self._labels: dict[str, tuple[ModelConfig, dict[str, list[str]]]] = {}
 
-    async def prepare(self, parsed: ParsedRequest) -> Plan:
-        """Read shared memory inputs into the request; check the outputs' parameters."""
+    async def prepare(
+        self, parsed: ParsedRequest, headers: Mapping[str, str] | None = None, grpc: bool = False
+    ) -> Plan:
+        """Forward the headers the forward pattern names as parameters; read shared memory
+        inputs into the request; check the outputs' parameters."""
+        if headers:
+            header_forwarding.forward(self._forward[grpc], headers.items(), parsed.parameters)
         classifications: dict[str, int] = {}
         out_refs: dict[str, ShmRef] = {}
         for output in parsed.outputs:

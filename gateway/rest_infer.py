@@ -46,7 +46,7 @@ async def infer(
     try:
         body = decompress(body, headers.get("content-encoding"))
         parsed = parse_infer_request(body, headers.get(HEADER_LENGTH))
-        plan = await dataplane.extensions.prepare(parsed)
+        plan = await dataplane.extensions.prepare(parsed, headers)
         caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
         outcome = await dataplane.infer(model, version, parsed, caller, received)
         finished = await dataplane.extensions.finish(

@@ -43,6 +43,10 @@ class GatewaySettings(Settings, kw_only=True):
     cache_redis_url: str = ""
     # Responses larger than this (bytes, encoded) are not cached.
     cache_max_entry_bytes: int = 16 * 1024 * 1024
+    # Triton's --http-header-forward-pattern / --grpc-header-forward-pattern: request headers
+    # whose name matches reach the model as string parameters (empty: none).
+    http_header_forward_pattern: str = ""
+    grpc_header_forward_pattern: str = ""
     # Triton's --allow-client-shm: clients may register system (and CUDA) shared memory.
     allow_client_shm: bool = False
     # Whose registrations this gateway shares: the gateways of one host (default: hostname).

@@ -59,7 +59,12 @@ class GatewayState:
         self.shared_memory = SharedMemoryManager(
             self.redis, settings.shm_host or os.uname().nodename, settings.allow_client_shm
         )
-        self.dataplane.extensions = InferExtensions(self.redis, self.shared_memory)
+        self.dataplane.extensions = InferExtensions(
+            self.redis,
+            self.shared_memory,
+            settings.http_header_forward_pattern,
+            settings.grpc_header_forward_pattern,
+        )
         self.cache_stats = CacheStats(self.redis)
         self.response_cache = ResponseCache(
             settings.cache_redis_url,
