@@ -78,6 +78,24 @@ def parser() -> argparse.ArgumentParser:
         default="",
         help="the same for gRPC request metadata",
     )
+    for flag, default, text in (
+        ("--grpc-keepalive-time", 7_200_000, "ms between the server's keepalive pings"),
+        ("--grpc-keepalive-timeout", 20_000, "ms the server waits for a ping's answer"),
+        ("--grpc-http2-max-pings-without-data", 2, "pings a client may send without data"),
+        (
+            "--grpc-http2-min-recv-ping-interval-without-data",
+            300_000,
+            "ms between client pings without data that the server accepts",
+        ),
+        ("--grpc-http2-max-ping-strikes", 2, "bad pings before the server closes the connection"),
+    ):
+        up_parser.add_argument(flag, type=int, default=default, help=f"gRPC keepalive: {text}")
+    up_parser.add_argument(
+        "--grpc-keepalive-permit-without-calls",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="gRPC keepalive: allow pings on connections without calls",
+    )
     up_parser.add_argument(
         "--server-name",
         default="conch",

@@ -16,6 +16,7 @@ from gateway.errors import GRPC_STATUS
 from gateway.grpc_codec import encode_grpc_response, parse_grpc_request
 from gateway.grpc_extensions import RepositoryService, SettingsService, SharedMemoryService
 from gateway.server_identity import server_metadata
+from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from shared.errors import ConchError, ErrorCode
 
@@ -119,8 +120,24 @@ async def _guard(context: Any, build: Any) -> Any:
         await context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
 
 
+def server_options(settings: GatewaySettings) -> list[tuple[str, int]]:
+    """Channel arguments of the gRPC server: the shared port and Triton's keepalive knobs."""
+    return [
+        ("grpc.so_reuseport", 1),
+        ("grpc.keepalive_time_ms", settings.grpc_keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", settings.grpc_keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", int(settings.grpc_keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", settings.grpc_http2_max_pings_without_data),
+        (
+            "grpc.http2.min_recv_ping_interval_without_data_ms",
+            settings.grpc_http2_min_recv_ping_interval_without_data_ms,
+        ),
+        ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
+    ]
+
+
 async def start(state: GatewayState, host: str, port: int) -> grpc.aio.Server:
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
+    server = grpc.aio.server(options=server_options(state.settings))
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(state), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if not bound:

@@ -47,6 +47,14 @@ class GatewaySettings(Settings, kw_only=True):
     # whose name matches reach the model as string parameters (empty: none).
     http_header_forward_pattern: str = ""
     grpc_header_forward_pattern: str = ""
+    # gRPC keepalive, with Triton's flags' defaults (--grpc-keepalive-time etc.), so clients
+    # tuned for Triton's server are neither cut off for pinging nor kept waiting.
+    grpc_keepalive_time_ms: int = 7_200_000
+    grpc_keepalive_timeout_ms: int = 20_000
+    grpc_keepalive_permit_without_calls: bool = False
+    grpc_http2_max_pings_without_data: int = 2
+    grpc_http2_min_recv_ping_interval_without_data_ms: int = 300_000
+    grpc_http2_max_ping_strikes: int = 2
     # Triton's --allow-client-shm: clients may register system (and CUDA) shared memory.
     allow_client_shm: bool = False
     # Whose registrations this gateway shares: the gateways of one host (default: hostname).
