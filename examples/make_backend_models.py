@@ -114,12 +114,10 @@ dynamic_batching { max_queue_delay_microseconds: 1000 }
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 
+# Inputs, outputs and the batch size come from the model's auto_complete_config.
 SIMPLE_IDENTITY_CONFIG = """\
 name: "simple_identity"
 backend: "python"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 

@@ -48,6 +48,8 @@ class TensorDef:
     name: str
     datatype: str
     width: int
+    # Classification labels, one per line (written beside config.pbtxt).
+    label_filename: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,9 @@ class ExampleModel:
     outputs: tuple[TensorDef, ...]
     max_batch_size: int
     max_queue_delay_microseconds: int | None
+    # More config.pbtxt text (e.g. a response_cache section) and files beside it (name -> text).
+    extra_config: str = ""
+    files: tuple[tuple[str, str], ...] = ()
 
     def config_pbtxt(self) -> str:
         """The model's config.pbtxt in protobuf text format with Triton's field names."""
@@ -76,6 +81,7 @@ class ExampleModel:
                 if self.max_queue_delay_microseconds is not None
                 else ""
             )
+            + self.extra_config
         )
 
 
@@ -85,7 +91,8 @@ def _tensor_list(kind: str, tensors: Sequence[TensorDef]) -> str:
         f'    name: "{t.name}"\n'
         f"    data_type: {_TYPES[t.datatype][1]}\n"
         f"    dims: [ {t.width} ]\n"
-        f"  }}"
+        + (f'    label_filename: "{t.label_filename}"\n' if t.label_filename else "")
+        + "  }"
         for t in tensors
     )
     return f"{kind} [\n{items}\n]\n"
@@ -94,9 +101,7 @@ def _tensor_list(kind: str, tensors: Sequence[TensorDef]) -> str:
 def _value_info(tensor: TensorDef) -> onnx.ValueInfoProto:
     # A symbolic leading "batch" dim: Triton adds the batch dimension when max_batch_size > 0.
     width: int | str = tensor.width if tensor.width > 0 else "width"
-    return helper.make_tensor_value_info(
-        tensor.name, _TYPES[tensor.datatype][0], ["batch", width]
-    )
+    return helper.make_tensor_value_info(tensor.name, _TYPES[tensor.datatype][0], ["batch", width])
 
 
 def _finish(
@@ -179,8 +184,12 @@ def mlp_weights() -> list[np.ndarray]:
     ]
 
 
-def build_mlp() -> ExampleModel:
-    """A compute-bound FP32 MLP (256 -> 1024 -> 1024 -> 16), the benchmark's ``mlp``."""
+MLP_LABELS = "mlp_labels.txt"
+
+
+def build_mlp(name: str = "mlp", extra_config: str = "") -> ExampleModel:
+    """A compute-bound FP32 MLP (256 -> 1024 -> 1024 -> 16), the benchmark's ``mlp``. Its 16
+    outputs are labelled ``class_00`` .. ``class_15`` (Triton's classification extension)."""
     weights = mlp_weights()
     initializers = [numpy_helper.from_array(w, f"W{i}") for i, w in enumerate(weights)]
     nodes: list[onnx.NodeProto] = []
@@ -193,15 +202,24 @@ def build_mlp() -> ExampleModel:
             nodes.append(helper.make_node("Relu", [f"MM{i}"], [f"H{i}"]))
             x = f"H{i}"
     inputs = (TensorDef("INPUT0", "FP32", 256),)
-    outputs = (TensorDef("OUTPUT0", "FP32", 16),)
+    outputs = (TensorDef("OUTPUT0", "FP32", 16, label_filename=MLP_LABELS),)
+    labels = "".join(f"class_{index:02d}\n" for index in range(16))
     return ExampleModel(
-        name="mlp",
-        onnx_model=_finish("mlp", nodes, inputs, outputs, initializers),
+        name=name,
+        onnx_model=_finish(name, nodes, inputs, outputs, initializers),
         inputs=inputs,
         outputs=outputs,
         max_batch_size=64,
         max_queue_delay_microseconds=2000,
+        extra_config=extra_config,
+        files=((MLP_LABELS, labels),),
     )
+
+
+def build_mlp_cached() -> ExampleModel:
+    """``mlp`` with Triton's response cache on: a repeated request is answered from the cache
+    (needs a cache: ``conch up --cache-config local,size=64M``)."""
+    return build_mlp("mlp_cached", "response_cache {\n  enable: true\n}\n")
 
 
 BUILDERS: dict[str, Callable[[], ExampleModel]] = {
@@ -210,6 +228,7 @@ BUILDERS: dict[str, Callable[[], ExampleModel]] = {
     "add_sub": build_add_sub,
     "simple_int8": build_simple_int8,
     "custom_identity_int32": build_custom_identity_int32,
+    "mlp_cached": build_mlp_cached,
 }
 
 
@@ -219,6 +238,8 @@ def write_model(repository: Path, model: ExampleModel) -> Path:
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     (model_dir / "1" / "model.onnx").write_bytes(model.onnx_model.SerializeToString())
     (model_dir / "config.pbtxt").write_text(model.config_pbtxt(), encoding="utf-8")
+    for name, text in model.files:
+        (model_dir / name).write_text(text, encoding="utf-8")
     return model_dir
 
 

@@ -179,6 +179,7 @@ def test_example_repository_scans_cleanly(example_repo: Path) -> None:
         "add_sub",
         "custom_identity_int32",
         "mlp",
+        "mlp_cached",
         "simple",
         "simple_int8",
     ]
