@@ -57,7 +57,7 @@ def parse(values: list[str]) -> CacheConfig | None:
         raise ValueError(f"--cache-config redis: port '{port}' is not a number")
     user = options.get("username", "")
     secret = options.get("password", "")
-    credentials = f"{quote(user)}:{quote(secret)}@" if secret else ""
+    credentials = f"{quote(user, safe='')}:{quote(secret, safe='')}@" if secret else ""
     db = options.get("db", "0")
     return CacheConfig("redis", url=f"redis://{credentials}{host}:{port}/{db}")
 

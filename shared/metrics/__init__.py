@@ -23,7 +23,13 @@ The package: :mod:`~shared.metrics.families` (names, labels, buckets),
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from shared.metrics.cache import CACHE_HIT_US, CACHE_HITS, CACHE_MISS_US, CACHE_MISSES
-from shared.metrics.exposition import MULTIPROC_ENV, exposition, multiprocess_dir, on_scrape
+from shared.metrics.exposition import (
+    MULTIPROC_ENV,
+    add_renderer,
+    exposition,
+    multiprocess_dir,
+    on_scrape,
+)
 from shared.metrics.families import (
     BACKEND,
     BATCH_BUCKETS,
@@ -116,6 +122,7 @@ __all__ = [
     "TRITON_COUNTERS",
     "WORKER_INSTANCES",
     "TritonCounter",
+    "add_renderer",
     "child",
     "exposition",
     "forget",

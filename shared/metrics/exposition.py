@@ -22,11 +22,18 @@ log = logging.getLogger("shared.metrics")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 _scrape_hooks: list[Callable[[], None]] = []
+_renderers: list[Callable[[], str]] = []
 
 
 def on_scrape(hook: Callable[[], None]) -> None:
     """Run ``hook`` before each exposition (gauges read from in-memory state at scrape time)."""
     _scrape_hooks.append(hook)
+
+
+def add_renderer(render: Callable[[], str]) -> None:
+    """Text appended to a single-process exposition (families under exact names that
+    prometheus_client would rename, such as a Python model's custom counters)."""
+    _renderers.append(render)
 
 
 def multiprocess_dir() -> str | None:
@@ -47,7 +54,16 @@ def exposition(registry: CollectorRegistry = REGISTRY) -> bytes:
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, path=path)
         return _counter_typed(generate_latest(merged))
-    return _counter_typed(generate_latest(registry)) + render_all().encode()
+    extra = "".join(_render(render) for render in list(_renderers))
+    return _counter_typed(generate_latest(registry)) + (render_all() + extra).encode()
+
+
+def _render(render: Callable[[], str]) -> str:
+    try:
+        return render()
+    except Exception:
+        log.exception("metrics renderer failed")
+        return ""
 
 
 def _counter_typed(text: bytes) -> bytes:

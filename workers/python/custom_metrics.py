@@ -1,56 +1,56 @@
 """The custom metrics of a worker's Python models (``pb_utils.MetricFamily``), in its /metrics.
 
-Each model process sends a snapshot of its families (``workers.python.pb_metrics``); this
-collector merges the snapshots of every live instance at scrape time under the families' exact
-names, as Triton exports them: series with the same labels add up across instances (counters and
-histograms; gauges too, each instance owning its share), as in Triton, where every instance of a
-model reports into the server's one registry.
+Each model process sends a snapshot of its families (``workers.python.pb_metrics``); at scrape
+time the snapshots of every live instance are merged and rendered under the families' exact
+names, as Triton exports them (prometheus_client would add ``_total`` to a counter). Series with
+the same labels add up across instances (counters, histograms, and gauges, each instance owning
+its share), as in Triton, where every instance of a model reports into the server's registry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import REGISTRY
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from shared import metrics
 
 Snapshots = Callable[[], list[list[dict[str, Any]] | None]]
 
 
-class CustomMetricsCollector(Collector):
-    def __init__(self, snapshots: Snapshots):
-        self._snapshots = snapshots
-
-    def collect(self) -> Iterator[Metric]:
-        merged: dict[str, dict[str, Any]] = {}
-        for families in self._snapshots():
-            for family in families or []:
-                entry = merged.setdefault(
-                    family["name"],
-                    {"description": family["description"], "kind": family["kind"], "series": {}},
-                )
-                if entry["kind"] != family["kind"]:
-                    continue  # two models disagree on a family's kind: the first one wins
-                for item in family["metrics"]:
-                    _add(entry["series"], item)
-        for name, entry in sorted(merged.items()):
-            metric = Metric(name, entry["description"], entry["kind"])
-            for labels, value in entry["series"].items():
-                tags = dict(labels)
-                if entry["kind"] != "histogram":
-                    metric.add_sample(name, tags, value)
-                    continue
-                buckets, counts, total, count = value
-                running = 0
-                for bound, observed in zip([*buckets, float("inf")], counts, strict=True):
-                    running += observed
-                    le = "+Inf" if bound == float("inf") else _number(bound)
-                    metric.add_sample(f"{name}_bucket", {**tags, "le": le}, running)
-                metric.add_sample(f"{name}_count", tags, count)
-                metric.add_sample(f"{name}_sum", tags, total)
-            yield metric
+def render(snapshots: list[list[dict[str, Any]] | None]) -> str:
+    """The text exposition of the merged snapshots."""
+    merged: dict[str, dict[str, Any]] = {}
+    for families in snapshots:
+        for family in families or []:
+            entry = merged.setdefault(
+                family["name"],
+                {"description": family["description"], "kind": family["kind"], "series": {}},
+            )
+            if entry["kind"] != family["kind"]:
+                continue  # two models disagree on a family's kind: the first one wins
+            for item in family["metrics"]:
+                _add(entry["series"], item)
+    lines: list[str] = []
+    for name, entry in sorted(merged.items()):
+        lines += [
+            f"# HELP {name} {_escape(entry['description'])}",
+            f"# TYPE {name} {entry['kind']}",
+        ]
+        for labels, value in entry["series"].items():
+            if entry["kind"] != "histogram":
+                lines.append(f"{name}{_labels(labels)} {floatToGoString(value)}")
+                continue
+            buckets, counts, total, count = value
+            running = 0
+            for bound, observed in zip([*buckets, float("inf")], counts, strict=True):
+                running += observed
+                bucket = (*labels, ("le", floatToGoString(bound)))
+                lines.append(f"{name}_bucket{_labels(bucket)} {floatToGoString(running)}")
+            lines.append(f"{name}_count{_labels(labels)} {floatToGoString(count)}")
+            lines.append(f"{name}_sum{_labels(labels)} {floatToGoString(total)}")
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _add(series: dict[tuple[Any, ...], Any], item: tuple[Any, ...]) -> None:
@@ -60,29 +60,38 @@ def _add(series: dict[tuple[Any, ...], Any], item: tuple[Any, ...]) -> None:
         return
     _, _, buckets, counts, total = item
     current = series.get(labels)
-    if current is None or current[0] != buckets:
+    if current is None or current[0] != list(buckets):
         series[labels] = (list(buckets), list(counts), total, sum(counts))
         return
     series[labels] = (
-        buckets,
+        current[0],
         [a + b for a, b in zip(current[1], counts, strict=True)],
         current[2] + total,
         current[3] + sum(counts),
     )
 
 
-def _number(value: float) -> str:
-    return repr(float(value))
+def _escape(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
-_registered: list[CustomMetricsCollector] = []
+def _labels(labels: tuple[tuple[str, str], ...]) -> str:
+    if not labels:
+        return ""
+    inner = ",".join(
+        f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+        for k, v in labels
+    )
+    return "{" + inner + "}"
+
+
+_source: list[Snapshots] = []
 
 
 def register(snapshots: Snapshots) -> None:
-    """Export the snapshots with the worker's metrics (once per process)."""
-    if _registered:
-        _registered[0]._snapshots = snapshots
-        return
-    collector = CustomMetricsCollector(snapshots)
-    REGISTRY.register(collector)
-    _registered.append(collector)
+    """Export the snapshots with the worker's metrics (the latest source wins)."""
+    if not _source:
+        metrics.add_renderer(lambda: render(_source[0]()))
+        _source.append(snapshots)
+    else:
+        _source[0] = snapshots
