@@ -2,8 +2,9 @@
 
 A load writes the model files the request sent (if any) into the model directory, reads it
 (with the message's config override, if any, auto-completed by the backend), loads the versions
-its version_policy selects that are not loaded yet, reloads the loaded ones when the request
-brought a new configuration or files, and retires the loaded ones it no longer selects.
+its version_policy selects that are not loaded yet, reloads the loaded ones whose configuration
+changed (an override, or the end of one) or whose files the request brought, and retires the
+loaded ones it no longer selects.
 An unload retires the versions named (every loaded one by default). A version
 that has weight is never retired: the whole message is refused instead.
 """
@@ -110,7 +111,11 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
     weighted = await _weighted(redis, name, retire)
     if weighted:
         return ack(host, control.ACK_ERROR, _weighted_message(name, weighted))
-    reload = sorted(target & current) if message.config is not None or message.files else []
+    reload = [
+        v
+        for v in sorted(target & current)
+        if message.files or host.loaded[(name, v)].model.config.json != model.config.json
+    ]
     try:
         loaded = await host.start(model, sorted(target - current))
         if reload:
