@@ -133,6 +133,7 @@ def simple_inputs(module: Any, a: np.ndarray, b: np.ndarray) -> list[Any]:
 
 
 def test_server_reports_the_extensions(fleet: Fleet) -> None:
+    assert fleet.http().get_server_metadata()["name"] == "conch"  # unless --server-name
     http = fleet.http().get_server_metadata()["extensions"]
     grpc = list(fleet.grpc().get_server_metadata().extensions)
     for name in (
@@ -523,3 +524,47 @@ def test_cache_unavailable_serves_uncached(fleet: Fleet) -> None:
     for seed in (21, 21, 22):
         result = fleet.http().infer("mlp_cached", mlp_input(httpclient, seed))
         assert result.as_numpy("OUTPUT0").shape == (1, 16)
+
+
+# --- the new endpoints in the OpenAPI schema; bad input is a 4xx -----------------------------
+
+
+def test_new_endpoints_are_documented_and_refuse_bad_input_with_4xx(fleet: Fleet) -> None:
+    base = f"http://{fleet.mesh.url}"
+    paths = httpx.get(f"{base}/schema/openapi.json").json()["paths"]
+    for path in (
+        "/v2/systemsharedmemory/status",
+        "/v2/systemsharedmemory/region/{name}/register",
+        "/v2/systemsharedmemory/region/{name}/unregister",
+        "/v2/cudasharedmemory/region/{name}/register",
+        "/v2/trace/setting",
+        "/v2/models/{model}/trace/setting",
+        "/v2/logging",
+        "/v2/repository/models/{model}/load",
+    ):
+        assert path in paths, path
+    register = paths["/v2/systemsharedmemory/region/{name}/register"]["post"]
+    assert "requestBody" in register
+    bad = [
+        ("/v2/systemsharedmemory/region/r/register", {"key": 5, "byte_size": 1}),
+        ("/v2/systemsharedmemory/region/r/register", {"key": "/k", "byte_size": -1}),
+        ("/v2/systemsharedmemory/region/r/register", {"key": "/nope", "byte_size": 8}),
+        ("/v2/cudasharedmemory/region/r/register", {"raw_handle": {"b64": "!!"}, "byte_size": 1}),
+        ("/v2/trace/setting", {"trace_rate": 7}),
+        ("/v2/trace/setting", {"trace_level": ["LOUD"]}),
+        ("/v2/logging", {"log_info": "yes"}),
+        ("/v2/logging", {"log_verbose_level": -3}),
+        ("/v2/repository/models/simple/load", {"parameters": []}),
+        ("/v2/repository/models/simple/unload", {"parameters": {"unload_dependents": "x"}}),
+        ("/v2/repository/index", {"ready": "maybe"}),
+    ]
+    for path, body in bad:
+        answer = httpx.post(f"{base}{path}", json=body)
+        assert 400 <= answer.status_code < 500, (path, body, answer.status_code, answer.text)
+        assert "error" in answer.json()
+    infer = {
+        "inputs": [{"name": "INPUT0", "shape": [1, 256], "datatype": "FP32", "data": [0.0] * 256}],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"classification": "x"}}],
+    }
+    answer = httpx.post(f"{base}/v2/models/mlp/infer", json=infer)
+    assert answer.status_code == 400 and "classification" in answer.json()["error"]
