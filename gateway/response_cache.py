@@ -131,7 +131,8 @@ class ResponseCache:
         if client is None or time.monotonic() < self._down_until:
             return None
         try:
-            raw = await asyncio.wait_for(client.get(key), self._timeout_s)
+            async with asyncio.timeout(self._timeout_s):  # no task per lookup, as wait_for makes
+                raw = await client.get(key)
         except Exception as exc:  # never fail a request for the cache
             self._went_down(exc)
             return None
@@ -158,7 +159,8 @@ class ResponseCache:
         value = envelope.encode(outputs)
         if client is not None and len(value) <= self._max_entry_bytes:
             try:
-                await asyncio.wait_for(client.set(key, value), self._timeout_s)
+                async with asyncio.timeout(self._timeout_s):
+                    await client.set(key, value)
             except Exception as exc:
                 self._went_down(exc)
         self.stats.miss(model, version, lookup_ns + time.perf_counter_ns() - started)
