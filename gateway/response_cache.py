@@ -25,6 +25,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -33,6 +34,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from gateway.cache_stats import CacheStats
+from gateway.http_codec import ParsedRequest
 from gateway.validation import ValidRequest
 from shared import envelope
 from shared.envelope import Tensor
@@ -90,6 +92,17 @@ def request_key(
     return f"{PREFIX}:{model}:{version}:{digest.hexdigest()}"
 
 
+@dataclass(frozen=True)
+class Lookup:
+    """One request's lookup: its key, when and how long, and the cached outputs of a hit."""
+
+    model: str
+    version: int
+    key: str
+    lookup_ns: int
+    outputs: list[Tensor] | None
+
+
 class ResponseCache:
     """One gateway process's client of the cache Redis."""
 
@@ -125,6 +138,25 @@ class ResponseCache:
             found = self._eligible[config.name] = (config, cacheable(config, configs))
         return found[1]
 
+    async def find(
+        self,
+        config: ModelConfig,
+        configs: Mapping[str, ModelConfig],
+        version: int,
+        valid: ValidRequest,
+        parsed: ParsedRequest,
+    ) -> Lookup | None:
+        """The request's lookup (a hit is counted here), None when the model does not cache."""
+        if not self.applies(config, configs):
+            return None
+        started = time.perf_counter_ns()
+        key = request_key(config.name, version, valid, parsed.parameters)
+        outputs = await self.lookup(key)
+        elapsed = time.perf_counter_ns() - started
+        if outputs is not None:
+            self.stats.hit(config.name, version, elapsed)
+        return Lookup(config.name, version, key, elapsed, outputs)
+
     async def lookup(self, key: str) -> list[Tensor] | None:
         """The cached outputs, or None (a miss, or the cache is unreachable)."""
         client = self._client
@@ -143,11 +175,12 @@ class ResponseCache:
         except msgspec.DecodeError:
             return None
 
-    def store(
-        self, key: str, model: str, version: int, outputs: list[Tensor], lookup_ns: int
-    ) -> None:
-        """Insert in the background (the response does not wait); the miss is counted then."""
-        task = asyncio.create_task(self._store(key, model, version, outputs, lookup_ns))
+    def store(self, lookup: Lookup, outputs: list[Tensor]) -> None:
+        """Insert a miss's answer in the background (the response does not wait); the miss is
+        counted then, with the lookup and the insertion times (Triton's miss duration)."""
+        task = asyncio.create_task(
+            self._store(lookup.key, lookup.model, lookup.version, outputs, lookup.lookup_ns)
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

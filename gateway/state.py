@@ -55,6 +55,8 @@ class GatewayState:
             settings.default_timeout_ms,
             Admission(self.tenants, RateLimiter(self.redis)),
             VersionRouter(self.table, self.traffic),
+            gone_ms=settings.gone_bound_ms,
+            max_in_flight=settings.max_in_flight,
         )
         self.shared_memory = SharedMemoryManager(
             self.redis, settings.shm_host or os.uname().nodename, settings.allow_client_shm

@@ -198,5 +198,18 @@ class TraceSettings:
         return ""
 
 
+async def start_span(
+    traces: TraceSettings | None, model: str, version: int, arm: str, inputs: list[Tensor]
+) -> Any:
+    """The gateway's span of a request the settings select (``tracing.NULL_SPAN`` otherwise, at
+    the cost of one attribute check while this process does not trace)."""
+    if not tracing.ENABLED or (traces is not None and not await traces.sample(model)):
+        return tracing.NULL_SPAN
+    attributes: dict[str, Any] = {"model": model, "version": version, "arm": arm}
+    if traces is not None:
+        attributes.update(traces.tensor_attributes(model, inputs))
+    return tracing.start("conch.gateway.infer", None, attributes)
+
+
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value

@@ -30,10 +30,9 @@ class ModelControl:
         self._host = host
         self._cursor: bytes = b"$"
 
-    async def startup_scan(self, scan: ScanResult) -> ScanResult:
+    async def startup_scan(self, scan: ScanResult, root: Path | None = None) -> ScanResult:
         """Apply the fleet's desired state to what the disk says, and publish the index."""
         self._cursor = await control.last_id(self._host.redis)
-        root = Path(self._host.settings.model_repository)
         return await apply_fleet_state(self._host.redis, scan, root)
 
     async def run(self) -> None:
