@@ -99,7 +99,7 @@ class InferenceService(
                 request.model_name, request.model_version or None, parsed, caller
             )
             finished = await dataplane.extensions.finish(
-                plan, dataplane.table.config(request.model_name), outcome.reply.outputs
+                plan, dataplane.table.configs.get(request.model_name), outcome.reply.outputs
             )
         except ConchError as exc:
             await context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)

@@ -104,10 +104,16 @@ class InferExtensions:
             ]
         return plan
 
-    async def finish(self, plan: Plan, config: ModelConfig, outputs: list[Tensor]) -> Finished:
+    async def finish(
+        self, plan: Plan, config: ModelConfig | None, outputs: list[Tensor]
+    ) -> Finished:
+        """``config`` is the model's (None if it went away meanwhile); only a classification
+        reads it."""
         if plan.empty:
             return Finished(outputs)
         if plan.classifications:
+            if config is None:
+                raise invalid("the model was unloaded while the request ran; no classification")
             table = await self._labels_of(config)
             batched = config.max_batch_size > 0
             outputs = [

@@ -50,7 +50,7 @@ async def infer(
         caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
         outcome = await dataplane.infer(model, version, parsed, caller, received)
         finished = await dataplane.extensions.finish(
-            plan, dataplane.table.config(model), outcome.reply.outputs
+            plan, dataplane.table.configs.get(model), outcome.reply.outputs
         )
     except ConchError as exc:
         return RestResponse(*error_parts(exc.code, exc.message, exc.retry_after_s))
