@@ -99,7 +99,12 @@ def up(args: argparse.Namespace) -> int:
                 ServiceSpec(
                     f"scheduler-{index}",
                     [python, "-m", "scheduler"],
-                    {**common, "CONCH_SCHEDULER_HEALTH_PORT": str(port)},
+                    {
+                        **common,
+                        "CONCH_SCHEDULER_HEALTH_PORT": str(port),
+                        "CONCH_SCHEDULER_DEAD_BOUND_MS": str(args.dead_bound_ms),
+                        "CONCH_SCHEDULER_MAX_DELIVERIES": str(args.max_deliveries),
+                    },
                 )
             )
         for backend in backends:
@@ -115,6 +120,8 @@ def up(args: argparse.Namespace) -> int:
                             "CONCH_WORKER_MODEL_REPOSITORY": str(repo),
                             "CONCH_WORKER_HEALTH_PORT": str(port),
                             "CONCH_WORKER_STRICT_MODEL_CONFIG": strict,
+                            "CONCH_WORKER_DEAD_BOUND_MS": str(args.dead_bound_ms),
+                            "CONCH_WORKER_MAX_DELIVERIES": str(args.max_deliveries),
                         },
                     )
                 )
@@ -136,6 +143,9 @@ def up(args: argparse.Namespace) -> int:
                     "CONCH_GATEWAY_HTTP_HEADER_FORWARD_PATTERN": args.http_header_forward_pattern,
                     **grpc_keepalive_env(args),
                     "CONCH_GATEWAY_GRPC_HEADER_FORWARD_PATTERN": args.grpc_header_forward_pattern,
+                    "CONCH_GATEWAY_MAX_REQUEST_BYTES": str(args.max_request_bytes),
+                    "CONCH_GATEWAY_MAX_IN_FLIGHT": str(args.max_in_flight),
+                    "CONCH_GATEWAY_GONE_BOUND_MS": str(args.gone_bound_ms),
                 },
             )
         )

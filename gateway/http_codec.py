@@ -6,8 +6,6 @@ once, here. Responses put binary outputs after the JSON header, as Triton does.
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,19 +63,6 @@ class ParsedRequest:
     # Inputs whose bytes are in a registered shared memory region (their data is read from it
     # before validation: ``gateway.shared_memory``).
     shm_inputs: dict[str, ShmRef] = field(default_factory=dict)
-
-
-def decompress(body: bytes, encoding: str | None) -> bytes:
-    if not encoding or encoding == "identity":
-        return body
-    try:
-        if encoding == "gzip":
-            return gzip.decompress(body)
-        if encoding == "deflate":
-            return zlib.decompress(body)
-    except (OSError, zlib.error, EOFError) as exc:
-        raise invalid(f"request body is not valid {encoding} data: {exc}") from None
-    raise invalid(f"unsupported Content-Encoding '{encoding}'; expected gzip or deflate")
 
 
 def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest:

@@ -24,6 +24,7 @@ from gateway.response_cache import ResponseCache
 from gateway.traffic_table import decode_weights
 from shared import clock, control, heartbeats, keys, model_registry, readiness
 from shared.errors import ConchError, ErrorCode, invalid, unavailable
+from shared.model_paths import check_model_name
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ class RepositoryControl:
         return entries
 
     async def load(self, model: str, parameters: dict[str, Any]) -> list[int]:
+        check_model_name(model)
         """Load (or reload) a model on every worker. A ``config`` override or model files
         reload the versions already loaded; files are written into each worker's model
         directory first (``gateway.repository_files`` checks them)."""
@@ -109,6 +111,7 @@ class RepositoryControl:
         return loaded
 
     async def unload(self, model: str, parameters: dict[str, Any]) -> list[int]:
+        check_model_name(model)
         dependents = parameters.get("unload_dependents", False)
         if not isinstance(dependents, bool):
             raise invalid(f"parameter 'unload_dependents' must be a boolean, got {dependents!r}")

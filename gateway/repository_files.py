@@ -15,6 +15,7 @@ from tritonclient.grpc import model_config_pb2
 
 from shared import model_files
 from shared.errors import invalid
+from shared.model_paths import confined
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ def _config(model: str, value: Any) -> dict[str, Any]:
         json_format.ParseDict(value, model_config_pb2.ModelConfig())
     except json_format.ParseError as exc:
         raise invalid(f"failed to load '{model}': Invalid config override: {exc}") from None
+    _check_files_named(model, value)
     config = dict(value)
     config.setdefault("name", model)
     if config["name"] != model:
@@ -74,6 +76,23 @@ def _config(model: str, value: Any) -> dict[str, Any]:
             f"'{config['name']}' but the model is '{model}'"
         )
     return config
+
+
+def _check_files_named(model: str, config: dict[str, Any]) -> None:
+    """Files the override names stay inside the model directory (as workers check again)."""
+    references = [("default_model_filename", config.get("default_model_filename"))]
+    for index, setting in enumerate(config.get("model_warmup") or []):
+        inputs = setting.get("inputs", {}) if isinstance(setting, dict) else {}
+        for name, spec in inputs.items() if isinstance(inputs, dict) else ():
+            if isinstance(spec, dict) and "input_data_file" in spec:
+                field = f"model_warmup[{index}].inputs.{name}.input_data_file"
+                references.append((field, spec["input_data_file"]))
+    for field, reference in references:
+        if reference and not confined(str(reference)):
+            raise invalid(
+                f"failed to load '{model}': field 'parameters.config.{field}' is {reference!r}: "
+                "expected a file name inside the model's directory (no '..', not absolute)"
+            )
 
 
 def _file_bytes(name: str, value: Any) -> bytes:

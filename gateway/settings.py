@@ -68,3 +68,10 @@ class GatewaySettings(Settings, kw_only=True):
     allow_client_shm: bool = False
     # Whose registrations this gateway shares: the gateways of one host (default: hostname).
     shm_host: str = ""
+
+
+def graceful_shutdown_s(settings: GatewaySettings) -> float:
+    """How long a stopping gateway process drains (SIGTERM): until its last in-flight request
+    is answered, which is at most the default deadline away, plus a margin for the answer to
+    go out. A rolling restart then cuts no request."""
+    return settings.default_timeout_ms / 1000 + 5.0

@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 from shared import control, keys, model_config, model_files, repository
 from shared.control import ControlAck, ControlMessage, IndexEntry
 from shared.errors import ConchError, ErrorCode
+from shared.model_paths import check_model_name
 from shared.repository import RepositoryModel
 from workers import auto_complete
 from workers.backend import Backend
@@ -67,6 +68,10 @@ def ack(host: ModelHost, status: str, message: str = "", **kwargs: list[int]) ->
 async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
     name = message.model
     redis = host.redis
+    try:
+        check_model_name(name)
+    except ConchError as exc:
+        return ack(host, control.ACK_ERROR, exc.message)
     model_dir = Path(host.settings.model_repository) / name
     strict = host.settings.strict_model_config
     try:
