@@ -1,4 +1,7 @@
-"""The protocol-neutral data plane: admit -> route -> validate -> enqueue -> await the reply.
+"""Longer than 300 lines because one request's life (admission, routing, the response cache,
+the enqueue bounded by its deadline, the answer, shadow copies) reads best in one place.
+
+The protocol-neutral data plane: admit -> route -> validate -> enqueue -> await the reply.
 
 The Litestar route, the ASGI fast path, the HTTP protocol hook and the gRPC servicer are thin
 adapters over :meth:`DataPlane.infer`. The copy of a request that shadow traffic asks for

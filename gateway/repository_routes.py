@@ -7,13 +7,14 @@ These routes need the admin token unless ``CONCH_GATEWAY_REPOSITORY_REQUIRES_ADM
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, Router, post
 from litestar.connection import ASGIConnection
 from litestar.exceptions import ValidationException
 from litestar.handlers import BaseRouteHandler
+from litestar.params import Body
 
 from gateway.admin_guard import ADMIN_SECURITY, admin_guard
 from gateway.admin_routes import validation_error_handler
@@ -63,20 +64,24 @@ def _control(request: Request) -> RepositoryControl:
 
 
 @post("/index", status_code=200, summary="Models in the repository and their state")
-async def repository_index(request: Request, data: IndexBody | None = None) -> list[IndexEntry]:
+async def repository_index(
+    request: Request, data: Annotated[IndexBody | None, Body()] = None
+) -> list[IndexEntry]:
     entries = await _control(request).index(data.ready if data else False)
     return [IndexEntry(**entry) for entry in entries]
 
 
 @post("/models/{model:str}/load", status_code=200, summary="Load a model on every worker")
-async def repository_load(request: Request, model: str, data: LoadBody | None = None) -> Response:
+async def repository_load(
+    request: Request, model: str, data: Annotated[LoadBody | None, Body()] = None
+) -> Response:
     await _control(request).load(model, data.parameters if data else {})
     return Response(content=b"", status_code=200)
 
 
 @post("/models/{model:str}/unload", status_code=200, summary="Unload a model on every worker")
 async def repository_unload(
-    request: Request, model: str, data: UnloadBody | None = None
+    request: Request, model: str, data: Annotated[UnloadBody | None, Body()] = None
 ) -> Response:
     parameters = data.parameters if data else UnloadParameters()
     await _control(request).unload(model, msgspec.structs.asdict(parameters))

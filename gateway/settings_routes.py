@@ -7,11 +7,12 @@ schema; a POST needs the admin token unless ``CONCH_GATEWAY_REPOSITORY_REQUIRES_
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Router, get, post
 from litestar.exceptions import ValidationException
+from litestar.params import Body
 
 from gateway.admin_guard import ADMIN_SECURITY
 from gateway.admin_routes import validation_error_handler
@@ -85,7 +86,9 @@ async def get_trace_setting(request: Request, model: str | None = None) -> Trace
     security=[{ADMIN_SECURITY: []}],
 )
 async def post_trace_setting(
-    request: Request, model: str | None = None, data: TraceSettingBody | None = None
+    request: Request,
+    model: str | None = None,
+    data: Annotated[TraceSettingBody | None, Body()] = None,
 ) -> TraceSettingView:
     found = await _state(request).traces.update(_model(request, model), _given(data))
     return TraceSettingView(**found)
@@ -103,7 +106,7 @@ async def get_logging(request: Request) -> log_settings.LogSettings:
 
 @post("/logging", status_code=200, guards=[repository_guard], security=[{ADMIN_SECURITY: []}])
 async def post_logging(
-    request: Request, data: LogSettingBody | None = None
+    request: Request, data: Annotated[LogSettingBody | None, Body()] = None
 ) -> log_settings.LogSettings:
     settings = log_settings.updated(await _current(request), _given(data))
     await log_settings.write(_state(request).redis, settings)
