@@ -12,7 +12,9 @@ address, and reports each as passed, failed (with the last line it printed) or n
 (the reason). The model-control examples count the repository index (7 entries over HTTP, 8
 over gRPC, as in Triton's test setup) and unload ``simple``: each runs against a mesh of its own
 whose repository has that many models. ``memory_growth_test.py`` has its addresses built in
-(localhost:8000 and 8001): it runs only when those are the ports used.
+(localhost:8000 and 8001): it runs only when those are the ports used. The gateway's gRPC port
+is opened with SO_REUSEPORT: make sure no other mesh on the machine uses the same one, or their
+gRPC connections mix.
 """
 
 from __future__ import annotations
