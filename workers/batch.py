@@ -89,7 +89,9 @@ class BatchProcessor:
             batch = envelope.decode_batch(entry.fields[keys.FIELD_DATA])
             requests = [envelope.decode_request(raw) for raw in batch.requests]
         except Exception:
-            log.exception("undecodable batch", extra={"model": name, "entry": entry.entry_id})
+            log.exception(
+                "undecodable batch", extra={"model": name, "entry": entry.entry_id.decode()}
+            )
             await poison.dead_letter(
                 self._redis, name, version, entry, self._id, "batch could not be decoded"
             )
