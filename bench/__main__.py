@@ -58,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="serve Conch's copy of the models with this max_queue_delay_microseconds",
     )
+    parser.add_argument(
+        "--cache-size",
+        help="with --start, a response cache of this size (conch up --cache-config "
+        "local,size=SIZE); a cell's model NAME_cached is NAME with response_cache enabled",
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("bench-results/results.jsonl"))
     args = parser.parse_args(argv)
@@ -109,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
             stop(peer)
 
     served = repo if args.queue_delay_us is None else _with_delay(repo, args.queue_delay_us)
-    mesh = start_mesh(served, args.port) if args.start else None
+    _add_cached_copies(served, cells)
+    extra = ["--cache-config", f"local,size={args.cache_size}"] if args.cache_size else []
+    mesh = start_mesh(served, args.port, extra) if args.start else None
     url = args.url or f"http://127.0.0.1:{args.port}"
     try:
         cpu = ProcessCpu.for_mesh(mesh)
@@ -191,6 +198,22 @@ def _with_delay(repo: Path, delay_us: int) -> Path:
         )
         config.write_text(text)
     return target
+
+
+def _add_cached_copies(repo: Path, cells: list[Cell]) -> None:
+    """``NAME_cached``: a copy of model NAME with Triton's response cache enabled."""
+    import shutil
+
+    for cell in cells:
+        base = cell.model.removesuffix("_cached")
+        if cell.model == base or not (repo / base).is_dir():
+            continue
+        target = repo / cell.model
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(repo / base, target)
+        config = target / "config.pbtxt"
+        text = config.read_text().replace(f'name: "{base}"', f'name: "{cell.model}"')
+        config.write_text(text + "\nresponse_cache { enable: true }\n")
 
 
 def _stats(url: str, model: str) -> tuple[int, int] | None:

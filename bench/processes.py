@@ -19,7 +19,7 @@ def _wait_http(url: str, timeout_s: float) -> None:
         raise SystemExit(f"{url} did not answer 200 within {timeout_s:.0f} s")
 
 
-def start_mesh(repo: Path, port: int) -> subprocess.Popen[bytes]:
+def start_mesh(repo: Path, port: int, extra: list[str] | None = None) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k != "CONCH_REDIS_URL"}
     process = subprocess.Popen(
         [
@@ -33,6 +33,7 @@ def start_mesh(repo: Path, port: int) -> subprocess.Popen[bytes]:
             str(port),
             "--log-level",
             "WARNING",
+            *(extra or []),
         ],
         env=env,
         stdout=subprocess.DEVNULL,

@@ -72,6 +72,64 @@ def parser() -> argparse.ArgumentParser:
         help="also start a local Prometheus (the system's `prometheus`) scraping every service",
     )
     up_parser.add_argument("--prometheus-port", type=int, default=9090)
+    up_parser.add_argument(
+        "--allow-client-shm",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="let clients on this host register system shared memory regions (Triton's "
+        "--allow-client-shm)",
+    )
+    up_parser.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        metavar="CACHE,KEY=VALUE",
+        help="Triton's response cache for models with response_cache { enable: true }: "
+        "'local,size=512M' starts a private cache Redis of that size (LRU eviction), "
+        "'redis,host=H,port=P' uses an existing one; shared by every gateway",
+    )
+    up_parser.add_argument(
+        "--strict-model-config",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Triton's --strict-model-config: true turns auto-complete off (configurations "
+        "must list inputs and outputs)",
+    )
+    up_parser.add_argument(
+        "--http-header-forward-pattern",
+        default="",
+        help="HTTP request headers whose name matches this regular expression reach the model "
+        "as request parameters (Triton's flag; case-insensitive unless it starts with (?-i))",
+    )
+    up_parser.add_argument(
+        "--grpc-header-forward-pattern",
+        default="",
+        help="the same for gRPC request metadata",
+    )
+    for flag, default, text in (
+        ("--grpc-keepalive-time", 7_200_000, "ms between the server's keepalive pings"),
+        ("--grpc-keepalive-timeout", 20_000, "ms the server waits for a ping's answer"),
+        ("--grpc-http2-max-pings-without-data", 2, "pings a client may send without data"),
+        (
+            "--grpc-http2-min-recv-ping-interval-without-data",
+            300_000,
+            "ms between client pings without data that the server accepts",
+        ),
+        ("--grpc-http2-max-ping-strikes", 2, "bad pings before the server closes the connection"),
+    ):
+        up_parser.add_argument(flag, type=int, default=default, help=f"gRPC keepalive: {text}")
+    up_parser.add_argument(
+        "--grpc-keepalive-permit-without-calls",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="gRPC keepalive: allow pings on connections without calls",
+    )
+    up_parser.add_argument(
+        "--server-name",
+        default="conch",
+        help="the name server metadata reports (GET /v2, gRPC ServerMetadata); "
+        "'triton' for client code that checks it",
+    )
     bounds = up_parser.add_argument_group(
         "bounds", "limits that keep the mesh answering under faults and overload"
     )

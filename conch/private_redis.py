@@ -59,7 +59,9 @@ class PrivateRedis:
         host: str = "127.0.0.1",
         persistent_dir: str | None = None,
         unix_socket: bool = True,
+        extra_args: tuple[str, ...] = (),
     ):
+        """``extra_args`` are more redis-server options (a cache's maxmemory and policy)."""
         self.host = host
         self.port = port or free_port(host)
         self.dir = persistent_dir or tempfile.mkdtemp(prefix="conch-redis-")
@@ -68,6 +70,7 @@ class PrivateRedis:
             socket_path if unix_socket and len(socket_path) <= _UNIX_PATH_MAX else None
         )
         self.process: subprocess.Popen[bytes] | None = None
+        self.extra_args = tuple(extra_args)
 
     @property
     def tcp_url(self) -> str:
@@ -101,6 +104,7 @@ class PrivateRedis:
         ]
         if self.socket_path is not None:
             argv += ["--unixsocket", self.socket_path, "--unixsocketperm", "700"]
+        argv += list(self.extra_args)
         log_path = Path(self.dir) / "redis.log"
         with open(log_path, "ab") as log_file:
             self.process = subprocess.Popen(

@@ -21,7 +21,7 @@ import time
 
 import redis
 
-from conch import http_wait, port_plan
+from conch import cache_config, http_wait, port_plan
 from conch.local_prometheus import LocalPrometheus
 from conch.mesh_ready import ModelFailed, wait_ready
 from conch.ports import free_port
@@ -68,13 +68,29 @@ def up(args: argparse.Namespace) -> int:
         print(f"conch up: {exc.message}", file=sys.stderr)
         return 2
 
+    try:
+        cache = cache_config.parse(args.cache_config)
+    except ValueError as exc:
+        print(f"conch up: {exc}", file=sys.stderr)
+        return 2
+
     started_ms = clock.now_ms()
     private: PrivateRedis | None = None
+    cache_redis: PrivateRedis | None = None
     redis_url = os.environ.get("CONCH_REDIS_URL")
     if not redis_url:
         private = PrivateRedis().start()
         redis_url = private.url
         log.info("private redis started", extra={"url": redis_url, "tcp_url": private.tcp_url})
+    cache_url = ""
+    if cache is not None and cache.kind == "local":
+        cache_redis = PrivateRedis(
+            extra_args=("--maxmemory", str(cache.size_bytes), "--maxmemory-policy", "allkeys-lru")
+        ).start()
+        cache_url = cache_redis.url
+        log.info("response cache started", extra={"url": cache_url, "bytes": cache.size_bytes})
+    elif cache is not None:
+        cache_url = cache.url
     common = {
         "CONCH_REDIS_URL": redis_url,
         "CONCH_LOG_FORMAT": args.log_format,
@@ -82,6 +98,7 @@ def up(args: argparse.Namespace) -> int:
         "PYTHONUNBUFFERED": "1",
     }
     admin_token = args.admin_token or secrets.token_urlsafe(24)
+    strict = str(args.strict_model_config).lower()
     python = sys.executable
     supervisor = Supervisor(start_attempts=args.start_attempts)
     stopping = False
@@ -125,6 +142,7 @@ def up(args: argparse.Namespace) -> int:
                         **worker.env,
                         "CONCH_WORKER_MODEL_REPOSITORY": str(repo),
                         "CONCH_WORKER_HEALTH_PORT": str(port),
+                        "CONCH_WORKER_STRICT_MODEL_CONFIG": strict,
                         "CONCH_WORKER_DEAD_BOUND_MS": str(args.dead_bound_ms),
                         "CONCH_WORKER_MAX_DELIVERIES": str(args.max_deliveries),
                     },
@@ -146,6 +164,12 @@ def up(args: argparse.Namespace) -> int:
                     "CONCH_GATEWAY_ALLOW_ANONYMOUS": str(args.allow_anonymous).lower(),
                     "CONCH_GATEWAY_STRICT_READINESS": str(args.strict_readiness).lower(),
                     "CONCH_GATEWAY_START_ATTEMPTS": str(args.start_attempts),
+                    "CONCH_GATEWAY_SERVER_NAME": args.server_name,
+                    "CONCH_GATEWAY_ALLOW_CLIENT_SHM": str(args.allow_client_shm).lower(),
+                    "CONCH_GATEWAY_CACHE_REDIS_URL": cache_url,
+                    "CONCH_GATEWAY_HTTP_HEADER_FORWARD_PATTERN": args.http_header_forward_pattern,
+                    **grpc_keepalive_env(args),
+                    "CONCH_GATEWAY_GRPC_HEADER_FORWARD_PATTERN": args.grpc_header_forward_pattern,
                     "CONCH_GATEWAY_MAX_REQUEST_BYTES": str(args.max_request_bytes),
                     "CONCH_GATEWAY_MAX_IN_FLIGHT": str(args.max_in_flight),
                     "CONCH_GATEWAY_GONE_BOUND_MS": str(args.gone_bound_ms),
@@ -187,6 +211,26 @@ def up(args: argparse.Namespace) -> int:
             prometheus.stop()
         if private is not None:
             private.stop()
+        if cache_redis is not None:
+            cache_redis.stop()
+
+
+def grpc_keepalive_env(args: argparse.Namespace) -> dict[str, str]:
+    """Triton's gRPC keepalive flags as the gateway's settings."""
+    return {
+        "CONCH_GATEWAY_GRPC_KEEPALIVE_TIME_MS": str(args.grpc_keepalive_time),
+        "CONCH_GATEWAY_GRPC_KEEPALIVE_TIMEOUT_MS": str(args.grpc_keepalive_timeout),
+        "CONCH_GATEWAY_GRPC_KEEPALIVE_PERMIT_WITHOUT_CALLS": str(
+            args.grpc_keepalive_permit_without_calls
+        ).lower(),
+        "CONCH_GATEWAY_GRPC_HTTP2_MAX_PINGS_WITHOUT_DATA": str(
+            args.grpc_http2_max_pings_without_data
+        ),
+        "CONCH_GATEWAY_GRPC_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS": str(
+            args.grpc_http2_min_recv_ping_interval_without_data
+        ),
+        "CONCH_GATEWAY_GRPC_HTTP2_MAX_PING_STRIKES": str(args.grpc_http2_max_ping_strikes),
+    }
 
 
 class LoadErrors:

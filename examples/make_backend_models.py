@@ -96,6 +96,50 @@ instance_group [ { kind: KIND_CPU count: 2 } ]
 """
 
 
+# Models of the names and signatures NVIDIA's client examples (triton-inference-server/client,
+# src/python/examples) use, as Python models.
+SIMPLE_STRING_CONFIG = """\
+name: "simple_string"
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_STRING dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_STRING dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_STRING dims: [ 16 ] }
+]
+dynamic_batching { max_queue_delay_microseconds: 1000 }
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+# Inputs, outputs and the batch size come from the model's auto_complete_config.
+SIMPLE_IDENTITY_CONFIG = """\
+name: "simple_identity"
+backend: "python"
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+# Decoupled: one request, a stream of responses (served once gRPC streaming is in place).
+REPEAT_INT32_CONFIG = """\
+name: "repeat_int32"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [
+  { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },
+  { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
+  { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
+output [
+  { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+
 def _model_dir(repository: Path, name: str, config: str) -> Path:
     version = repository / name / "1"
     version.mkdir(parents=True, exist_ok=True)
@@ -180,11 +224,25 @@ def write_probe(repository: Path) -> Path:
     return version.parent
 
 
+def _python_model(name: str, config: str) -> Callable[[Path], Path]:
+    """A writer for a Python model whose model.py is ``examples/python_models/<name>/``."""
+
+    def write(repository: Path) -> Path:
+        version = _model_dir(repository, name, config)
+        shutil.copyfile(PYTHON_MODELS / name / "model.py", version / "model.py")
+        return version.parent
+
+    return write
+
+
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "torchscript_mlp": write_torchscript,
     "export_mlp": write_export,
     "tokenizer": write_tokenizer,
     "python_probe": write_probe,
+    "simple_string": _python_model("simple_string", SIMPLE_STRING_CONFIG),
+    "simple_identity": _python_model("simple_identity", SIMPLE_IDENTITY_CONFIG),
+    "repeat_int32": _python_model("repeat_int32", REPEAT_INT32_CONFIG),
 }
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write Conch's example Triton model repository: ``simple``, ``mlp`` and ``add_sub``.
+"""Write Conch's example Triton model repository: ``simple``, ``mlp``, ``add_sub`` and more.
 
     python examples/make_models.py [REPO]     (default: examples/model_repository)
 
@@ -36,16 +36,20 @@ DEFAULT_REPOSITORY = Path(__file__).resolve().parent / "model_repository"
 _TYPES = {
     "FP32": (TensorProto.FLOAT, "TYPE_FP32"),
     "INT32": (TensorProto.INT32, "TYPE_INT32"),
+    "INT8": (TensorProto.INT8, "TYPE_INT8"),
 }
 
 
 @dataclass(frozen=True)
 class TensorDef:
-    """One input or output: its name, v2 datatype and per-row width (the batch dim is implied)."""
+    """One input or output: its name, v2 datatype and per-row width (the batch dim is implied;
+    a width of -1 is a variable-size dimension)."""
 
     name: str
     datatype: str
     width: int
+    # Classification labels, one per line (written beside config.pbtxt).
+    label_filename: str = ""
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,10 @@ class ExampleModel:
     inputs: tuple[TensorDef, ...]
     outputs: tuple[TensorDef, ...]
     max_batch_size: int
-    max_queue_delay_microseconds: int
+    max_queue_delay_microseconds: int | None
+    # More config.pbtxt text (e.g. a response_cache section) and files beside it (name -> text).
+    extra_config: str = ""
+    files: tuple[tuple[str, str], ...] = ()
 
     def config_pbtxt(self) -> str:
         """The model's config.pbtxt in protobuf text format with Triton's field names."""
@@ -67,9 +74,14 @@ class ExampleModel:
             f"max_batch_size: {self.max_batch_size}\n"
             + _tensor_list("input", self.inputs)
             + _tensor_list("output", self.outputs)
-            + "dynamic_batching {\n"
-            + f"  max_queue_delay_microseconds: {self.max_queue_delay_microseconds}\n"
-            + "}\n"
+            + (
+                "dynamic_batching {\n"
+                f"  max_queue_delay_microseconds: {self.max_queue_delay_microseconds}\n"
+                "}\n"
+                if self.max_queue_delay_microseconds is not None
+                else ""
+            )
+            + self.extra_config
         )
 
 
@@ -79,7 +91,8 @@ def _tensor_list(kind: str, tensors: Sequence[TensorDef]) -> str:
         f'    name: "{t.name}"\n'
         f"    data_type: {_TYPES[t.datatype][1]}\n"
         f"    dims: [ {t.width} ]\n"
-        f"  }}"
+        + (f'    label_filename: "{t.label_filename}"\n' if t.label_filename else "")
+        + "  }"
         for t in tensors
     )
     return f"{kind} [\n{items}\n]\n"
@@ -87,9 +100,8 @@ def _tensor_list(kind: str, tensors: Sequence[TensorDef]) -> str:
 
 def _value_info(tensor: TensorDef) -> onnx.ValueInfoProto:
     # A symbolic leading "batch" dim: Triton adds the batch dimension when max_batch_size > 0.
-    return helper.make_tensor_value_info(
-        tensor.name, _TYPES[tensor.datatype][0], ["batch", tensor.width]
-    )
+    width: int | str = tensor.width if tensor.width > 0 else "width"
+    return helper.make_tensor_value_info(tensor.name, _TYPES[tensor.datatype][0], ["batch", width])
 
 
 def _finish(
@@ -136,6 +148,27 @@ def build_simple() -> ExampleModel:
     return _add_sub("simple", "INT32", max_batch_size=8, delay_us=1000)
 
 
+def build_simple_int8() -> ExampleModel:
+    """Triton's ``simple_int8``: ``simple`` in INT8 (grpc_explicit_int8_content_client.py)."""
+    return _add_sub("simple_int8", "INT8", max_batch_size=8, delay_us=1000)
+
+
+def build_custom_identity_int32() -> ExampleModel:
+    """Triton's ``custom_identity_int32``: OUTPUT0 = INPUT0, INT32 of any width
+    (memory_growth_test.py); no dynamic batching, each request runs alone."""
+    inputs = (TensorDef("INPUT0", "INT32", -1),)
+    outputs = (TensorDef("OUTPUT0", "INT32", -1),)
+    nodes = [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])]
+    return ExampleModel(
+        name="custom_identity_int32",
+        onnx_model=_finish("custom_identity_int32", nodes, inputs, outputs),
+        inputs=inputs,
+        outputs=outputs,
+        max_batch_size=8,
+        max_queue_delay_microseconds=None,
+    )
+
+
 def build_add_sub() -> ExampleModel:
     """The benchmark's ``add_sub``: FP32 [16] sum and difference, measuring serving overhead."""
     return _add_sub("add_sub", "FP32", max_batch_size=64, delay_us=2000)
@@ -151,8 +184,12 @@ def mlp_weights() -> list[np.ndarray]:
     ]
 
 
-def build_mlp() -> ExampleModel:
-    """A compute-bound FP32 MLP (256 -> 1024 -> 1024 -> 16), the benchmark's ``mlp``."""
+MLP_LABELS = "mlp_labels.txt"
+
+
+def build_mlp(name: str = "mlp", extra_config: str = "") -> ExampleModel:
+    """A compute-bound FP32 MLP (256 -> 1024 -> 1024 -> 16), the benchmark's ``mlp``. Its 16
+    outputs are labelled ``class_00`` .. ``class_15`` (Triton's classification extension)."""
     weights = mlp_weights()
     initializers = [numpy_helper.from_array(w, f"W{i}") for i, w in enumerate(weights)]
     nodes: list[onnx.NodeProto] = []
@@ -165,21 +202,33 @@ def build_mlp() -> ExampleModel:
             nodes.append(helper.make_node("Relu", [f"MM{i}"], [f"H{i}"]))
             x = f"H{i}"
     inputs = (TensorDef("INPUT0", "FP32", 256),)
-    outputs = (TensorDef("OUTPUT0", "FP32", 16),)
+    outputs = (TensorDef("OUTPUT0", "FP32", 16, label_filename=MLP_LABELS),)
+    labels = "".join(f"class_{index:02d}\n" for index in range(16))
     return ExampleModel(
-        name="mlp",
-        onnx_model=_finish("mlp", nodes, inputs, outputs, initializers),
+        name=name,
+        onnx_model=_finish(name, nodes, inputs, outputs, initializers),
         inputs=inputs,
         outputs=outputs,
         max_batch_size=64,
         max_queue_delay_microseconds=2000,
+        extra_config=extra_config,
+        files=((MLP_LABELS, labels),),
     )
+
+
+def build_mlp_cached() -> ExampleModel:
+    """``mlp`` with Triton's response cache on: a repeated request is answered from the cache
+    (needs a cache: ``conch up --cache-config local,size=64M``)."""
+    return build_mlp("mlp_cached", "response_cache {\n  enable: true\n}\n")
 
 
 BUILDERS: dict[str, Callable[[], ExampleModel]] = {
     "simple": build_simple,
     "mlp": build_mlp,
     "add_sub": build_add_sub,
+    "simple_int8": build_simple_int8,
+    "custom_identity_int32": build_custom_identity_int32,
+    "mlp_cached": build_mlp_cached,
 }
 
 
@@ -189,6 +238,8 @@ def write_model(repository: Path, model: ExampleModel) -> Path:
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     (model_dir / "1" / "model.onnx").write_bytes(model.onnx_model.SerializeToString())
     (model_dir / "config.pbtxt").write_text(model.config_pbtxt(), encoding="utf-8")
+    for name, text in model.files:
+        (model_dir / name).write_text(text, encoding="utf-8")
     return model_dir
 
 

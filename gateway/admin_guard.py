@@ -16,14 +16,19 @@ ADMIN_SECURITY = "adminToken"
 
 def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """The admin token, compared in constant time; no token configured: the API is off."""
-    expected = connection.app.state.gateway.settings.admin_token
+    check_admin_token(
+        connection.app.state.gateway.settings.admin_token, connection.headers.get("authorization")
+    )
+
+
+def check_admin_token(expected: str, header: str | None) -> None:
+    """The guard's check, for any protocol: ``header`` is the Authorization value sent."""
     if not expected:
         raise ConchError(
             ErrorCode.PERMISSION_DENIED,
             "the admin API is disabled on this gateway: set CONCH_GATEWAY_ADMIN_TOKEN "
             "(conch up --admin-token T)",
         )
-    header = connection.headers.get("authorization")
     if header is None:
         raise ConchError(
             ErrorCode.UNAUTHENTICATED,

@@ -21,8 +21,10 @@ from gateway.fastpath import FastInferApp
 from gateway.openapi import openapi_config
 from gateway.process_status import GatewayProcess
 from gateway.repository_routes import repository_router
-from gateway.server_identity import EXTENSIONS, SERVER_NAME, SERVER_VERSION
+from gateway.server_identity import SERVER_VERSION, server_metadata
 from gateway.settings import GatewaySettings, graceful_shutdown_s
+from gateway.settings_routes import settings_router
+from gateway.shared_memory_routes import shared_memory_router
 from gateway.state import GatewayState
 from shared import logs, metrics, tracing
 
@@ -39,10 +41,8 @@ def _json_response(body: Any, status: int = 200) -> Response:
 
 
 @get("/v2")
-async def server_metadata() -> Response:
-    return _json_response(
-        {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
-    )
+async def server_metadata_route(request: Request) -> Response:
+    return _json_response(server_metadata(_state(request).settings.server_name))
 
 
 @get("/metrics", include_in_schema=False)
@@ -154,7 +154,7 @@ def create_app(settings: GatewaySettings, process: GatewayProcess | None = None)
 
     return Litestar(
         route_handlers=[
-            server_metadata,
+            server_metadata_route,
             prometheus_metrics,
             health_live,
             health_ready,
@@ -165,6 +165,8 @@ def create_app(settings: GatewaySettings, process: GatewayProcess | None = None)
             infer,
             admin_router(),
             repository_router(),
+            shared_memory_router(),
+            settings_router(),
         ],
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,

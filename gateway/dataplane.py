@@ -1,4 +1,7 @@
-"""The protocol-neutral data plane: admit -> route -> validate -> enqueue -> await the reply.
+"""Longer than 300 lines because one request's life (admission, routing, the response cache,
+the enqueue bounded by its deadline, the answer, shadow copies) reads best in one place.
+
+The protocol-neutral data plane: admit -> route -> validate -> enqueue -> await the reply.
 
 The Litestar route, the ASGI fast path, the HTTP protocol hook and the gRPC servicer are thin
 adapters over :meth:`DataPlane.infer`. The copy of a request that shadow traffic asks for
@@ -22,12 +25,15 @@ from gateway.caller import ANONYMOUS_CALLER, Caller
 from gateway.enqueue import CoalescedScript
 from gateway.http_codec import ParsedRequest
 from gateway.in_flight import InFlightLimit
+from gateway.infer_extensions import InferExtensions
 from gateway.model_table import ModelTable
 from gateway.queue_ticket import queue_ticket
 from gateway.replies import ReplyRouter
+from gateway.response_cache import ResponseCache
+from gateway.trace_settings import TraceSettings, start_span
 from gateway.validation import ValidRequest, validate
 from gateway.version_router import VersionRouter
-from shared import envelope, keys, metrics, tracing
+from shared import envelope, keys, metrics
 from shared.envelope import InferRequest, Reply, RequestHeader
 from shared.errors import ConchError, ErrorCode, unavailable
 from shared.ids import new_id
@@ -49,6 +55,13 @@ class InferOutcome:
 
 
 class DataPlane:
+    # Shared memory and classification around each inference (set by the gateway's state).
+    extensions: InferExtensions
+    # Triton's response cache, shared by the fleet (None: no cache configured).
+    cache: ResponseCache | None = None
+    # Triton's trace settings: which requests to trace, at what level (None: trace every one).
+    traces: TraceSettings | None = None
+
     def __init__(
         self,
         r: aioredis.Redis,
@@ -121,9 +134,13 @@ class DataPlane:
         request_id_var.set(parsed.id or request_id)
         started, code = received or time.perf_counter(), ErrorCode.CANCELLED.value
         arm = "shadow" if caller.trusted else "pinned" if version else "routed"
-        span = tracing.start(
-            "conch.gateway.infer", None, {"model": model, "version": number, "arm": arm}
+        cached = self.cache and await self.cache.find(
+            config, self.table.configs, number, valid, parsed
         )
+        if cached and cached.outputs is not None:  # a hit: answered without queueing
+            metrics.record_request(model, number, arm, "OK", time.perf_counter() - started)
+            return InferOutcome(Reply("", model, number, cached.outputs), valid, number)
+        span = await start_span(self.traces, model, number, arm, valid.inputs)
         now = int(time.time() * 1000)
         deadline = now + self._default_timeout_ms
         header = RequestHeader(
@@ -198,6 +215,8 @@ class DataPlane:
             metrics.record_request(model, number, arm, code, time.perf_counter() - started)
         if reply.error_code:
             raise ConchError(ErrorCode(reply.error_code), reply.error)
+        if cached and self.cache:
+            self.cache.store(cached, reply.outputs)
         return InferOutcome(reply, valid, number)
 
     @staticmethod

@@ -12,6 +12,7 @@ from typing import Any
 from tritonclient.grpc import service_pb2
 
 from gateway.http_codec import ParsedRequest, RequestedOutput, check_binary
+from gateway.shm_params import ShmRef, shm_ref
 from shared import datatypes, tensors
 from shared.envelope import Tensor
 from shared.errors import invalid
@@ -39,14 +40,21 @@ def parameter_value(parameter: Any) -> Any:
 
 def parse_grpc_request(request: service_pb2.ModelInferRequest) -> ParsedRequest:
     raw = list(request.raw_input_contents)
-    if raw and len(raw) != len(request.inputs):
-        raise invalid(
-            f"raw_input_contents has {len(raw)} entries but the request has "
-            f"{len(request.inputs)} inputs; expected one per input, in order"
-        )
+    model = request.model_name
+    shm: dict[str, ShmRef] = {}
+    for item in request.inputs:
+        ref = shm_ref("input", item.name, _parameters(item.parameters))
+        if ref is not None:
+            if item.HasField("contents"):
+                raise invalid(
+                    f"unexpected 'content' provided when using shared memory for input tensor "
+                    f"'{item.name}' for model '{model}'"
+                )
+            shm[item.name] = ref
     inputs: list[Tensor] = []
     seen: set[str] = set()
-    for index, item in enumerate(request.inputs):
+    next_raw = 0
+    for item in request.inputs:
         name, datatype, shape = item.name, item.datatype, list(item.shape)
         if name in seen:
             raise invalid(f"input '{name}' is given more than once")
@@ -58,8 +66,18 @@ def parse_grpc_request(request: service_pb2.ModelInferRequest) -> ParsedRequest:
             )
         if any(d < 0 for d in shape):
             raise invalid(f"input '{name}' has invalid shape {shape}; expected sizes >= 0")
-        if raw:
-            data = raw[index]
+        if name in shm:
+            data = b""
+        elif raw:
+            if item.HasField("contents"):
+                raise invalid(
+                    "contents field must not be specified when using raw_input_contents for "
+                    f"'{name}' for model '{model}'"
+                )
+            if next_raw >= len(raw):
+                raise _raw_count(len(raw), len(request.inputs) - len(shm))
+            data = raw[next_raw]
+            next_raw += 1
             check_binary(name, datatype, shape, data)
         else:
             field = _CONTENTS.get(datatype)
@@ -68,14 +86,34 @@ def parse_grpc_request(request: service_pb2.ModelInferRequest) -> ParsedRequest:
             values = list(getattr(item.contents, field))
             data = tensors.json_to_bytes(values, datatype, shape, name)
         inputs.append(Tensor(name, datatype, shape, data))
-    parameters = {k: parameter_value(v) for k, v in request.parameters.items()}
-    outputs = [RequestedOutput(o.name, True) for o in request.outputs]
-    return ParsedRequest(request.id, inputs, outputs, parameters, binary_default=True)
+    if raw and next_raw != len(raw):
+        raise _raw_count(len(raw), len(request.inputs) - len(shm))
+    parameters = _parameters(request.parameters)
+    outputs = [RequestedOutput(o.name, True, _parameters(o.parameters)) for o in request.outputs]
+    return ParsedRequest(
+        request.id, inputs, outputs, parameters, binary_default=True, shm_inputs=shm
+    )
+
+
+def _raw_count(given: int, expected: int) -> Exception:
+    return invalid(
+        f"raw_input_contents has {given} entries but the request has {expected} inputs not in "
+        "shared memory; expected one per input, in order"
+    )
+
+
+def _parameters(parameters: Any) -> dict[str, Any]:
+    return {k: parameter_value(v) for k, v in parameters.items()}
 
 
 def encode_grpc_response(
-    model: str, version: int, request_id: str, outputs: list[Tensor]
+    model: str,
+    version: int,
+    request_id: str,
+    outputs: list[Tensor],
+    in_shared_memory: frozenset[str] = frozenset(),
 ) -> service_pb2.ModelInferResponse:
+    """Outputs written to shared memory get an empty raw content, as Triton sends them."""
     response = service_pb2.ModelInferResponse(
         model_name=model, model_version=str(version), id=request_id
     )
@@ -84,5 +122,5 @@ def encode_grpc_response(
         output.name = tensor.name
         output.datatype = tensor.datatype
         output.shape.extend(tensor.shape)
-        response.raw_output_contents.append(tensor.data)
+        response.raw_output_contents.append(b"" if tensor.name in in_shared_memory else tensor.data)
     return response

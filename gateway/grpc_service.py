@@ -26,7 +26,9 @@ from gateway import stats
 from gateway.caller import ROUTE_KEY_HEADER, Caller
 from gateway.errors import GRPC_STATUS, REDIS_ERRORS, internal_error, redis_unavailable
 from gateway.grpc_codec import encode_grpc_response, parse_grpc_request
-from gateway.server_identity import EXTENSIONS, SERVER_NAME, SERVER_VERSION
+from gateway.grpc_extensions import RepositoryService, SettingsService, SharedMemoryService
+from gateway.server_identity import server_metadata
+from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from shared.errors import ConchError, ErrorCode
 from shared.listen import check_free
@@ -34,11 +36,16 @@ from shared.listen import check_free
 log = logging.getLogger(__name__)
 
 
-class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
+class InferenceService(
+    SharedMemoryService,
+    RepositoryService,
+    SettingsService,
+    service_pb2_grpc.GRPCInferenceServiceServicer,
+):
     def __init__(self, state: GatewayState):
         self.state = state
         self._metadata = service_pb2.ServerMetadataResponse(
-            name=SERVER_NAME, version=SERVER_VERSION, extensions=EXTENSIONS
+            **server_metadata(state.settings.server_name)
         )
 
     async def ServerLive(self, request: Any, context: Any) -> Any:
@@ -99,9 +106,13 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             await context.abort(GRPC_STATUS[exc.code], exc.message)
         try:
             parsed = parse_grpc_request(request)
+            plan = await dataplane.extensions.prepare(parsed, headers, grpc=True)
             caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
             outcome = await dataplane.infer(
                 request.model_name, request.model_version or None, parsed, caller
+            )
+            finished = await dataplane.extensions.finish(
+                plan, dataplane.table.configs.get(request.model_name), outcome.reply.outputs
             )
         except ConchError as exc:
             await context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
@@ -114,7 +125,11 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         finally:
             dataplane.in_flight.leave()
         return encode_grpc_response(
-            request.model_name, outcome.version, request.id, outcome.reply.outputs
+            request.model_name,
+            outcome.version,
+            request.id,
+            finished.outputs,
+            finished.in_shared_memory,
         )
 
 
@@ -149,19 +164,29 @@ class KeyBeforeMessage(grpc.aio.ServerInterceptor):
         return await continuation(details)
 
 
-def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
-    """One exclusive listener (no ``SO_REUSEPORT``); messages bounded like REST bodies."""
+def server_options(settings: GatewaySettings) -> list[tuple[str, int]]:
+    """One exclusive listener (no ``SO_REUSEPORT``); messages bounded like REST bodies;
+    Triton's keepalive knobs."""
     return [
         ("grpc.so_reuseport", 0),
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", settings.max_request_bytes),
+        ("grpc.max_send_message_length", settings.max_request_bytes),
+        ("grpc.keepalive_time_ms", settings.grpc_keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", settings.grpc_keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", int(settings.grpc_keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", settings.grpc_http2_max_pings_without_data),
+        (
+            "grpc.http2.min_recv_ping_interval_without_data_ms",
+            settings.grpc_http2_min_recv_ping_interval_without_data_ms,
+        ),
+        ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
     ]
 
 
 async def start(state: GatewayState, host: str, port: int) -> grpc.aio.Server:
     """Serve gRPC on ``host:port``; raises ``PortInUse`` when the port is taken."""
     server = grpc.aio.server(
-        options=server_options(state.settings.max_request_bytes),
+        options=server_options(state.settings),
         interceptors=[KeyBeforeMessage(state)],
     )
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(state), server)

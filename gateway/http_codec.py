@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.shm_params import REGION, ShmRef, shm_ref
 from shared import datatypes, tensors
 from shared.envelope import Tensor
 from shared.errors import invalid
@@ -59,6 +60,9 @@ class ParsedRequest:
     binary_default: bool
     # Triton's raw binary request (header length 0): the whole body is the single input.
     raw_body: bytes | None = None
+    # Inputs whose bytes are in a registered shared memory region (their data is read from it
+    # before validation: ``gateway.shared_memory``).
+    shm_inputs: dict[str, ShmRef] = field(default_factory=dict)
 
 
 def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest:
@@ -89,6 +93,7 @@ def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest
     inputs: list[Tensor] = []
     offset = 0
     seen: set[str] = set()
+    shm: dict[str, ShmRef] = {}
     for item in request.inputs:
         if item.name in seen:
             raise invalid(f"input '{item.name}' is given more than once")
@@ -103,7 +108,13 @@ def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest
                 f"input '{item.name}' has invalid shape {item.shape}; expected sizes >= 0"
             )
         size = item.parameters.get("binary_data_size")
-        if size is not None:
+        ref = shm_ref("input", item.name, item.parameters)
+        if ref is not None:
+            if size is not None or item.data is not msgspec.UNSET:
+                raise invalid(_one_source(item.name, item.data is not msgspec.UNSET, size))
+            shm[item.name] = ref
+            data = b""
+        elif size is not None:
             if item.data is not msgspec.UNSET:
                 raise invalid(f"input '{item.name}' has both 'data' and 'binary_data_size'")
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
@@ -134,7 +145,18 @@ def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest
         for o in request.outputs
     ]
     params = {k: v for k, v in request.parameters.items() if k != "binary_data_output"}
-    return ParsedRequest(request.id, inputs, outputs, params, binary_default)
+    return ParsedRequest(request.id, inputs, outputs, params, binary_default, shm_inputs=shm)
+
+
+def _one_source(name: str, has_data: bool, binary_size: Any) -> str:
+    """Triton's text for an input that names more than one place its data is."""
+    given = " 'data'" if has_data else ""
+    given += " 'binary_data_size'" if binary_size is not None else ""
+    return (
+        f"Input must set only one of the following fields: 'data', 'binary_data_size' in "
+        f"'parameters', '{REGION}' in 'parameters'. But set{given} '{REGION}' "
+        f"(input '{name}')"
+    )
 
 
 def check_binary(name: str, datatype: str, shape: list[int], data: bytes) -> None:
@@ -161,8 +183,10 @@ def encode_infer_response(
     outputs: list[Tensor],
     binary: dict[str, bool],
     parameters: dict[str, Any] | None = None,
+    in_shared_memory: frozenset[str] = frozenset(),
 ) -> tuple[bytes, int | None]:
-    """The response body and, when any output is binary, the JSON header's length."""
+    """The response body and, when any output is binary, the JSON header's length. Outputs
+    written to shared memory are described without data."""
     out_json: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     for tensor in outputs:
@@ -171,7 +195,9 @@ def encode_infer_response(
             "datatype": tensor.datatype,
             "shape": tensor.shape,
         }
-        if binary.get(tensor.name, False):
+        if tensor.name in in_shared_memory:
+            pass
+        elif binary.get(tensor.name, False):
             entry["parameters"] = {"binary_data_size": len(tensor.data)}
             blobs.append(tensor.data)
         else:

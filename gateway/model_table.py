@@ -18,7 +18,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from shared import expected_models, keys, model_registry, periodic, readiness
-from shared.errors import ConchError, not_found, unavailable
+from shared.errors import ConchError, invalid, not_found, unavailable
 from shared.expected_models import Expectations
 from shared.model_config import ModelConfig, TensorSpec
 
@@ -110,9 +110,9 @@ class ModelTable:
         if version:
             try:
                 number = int(version)
-            except ValueError:
-                raise not_found(
-                    f"Request for unknown model: '{model}' version '{version}' is not a number"
+            except ValueError:  # Triton's text (clients match on it)
+                raise invalid(
+                    f"failed to get model version from specified version string '{version}'"
                 ) from None
             if number not in known:
                 raise self._missing(model, number)

@@ -19,6 +19,8 @@ import msgspec
 import redis.asyncio as aioredis
 
 from gateway.model_table import ModelTable
+from gateway.repository_files import load_request
+from gateway.response_cache import ResponseCache
 from gateway.traffic_table import decode_weights
 from shared import (
     clock,
@@ -26,26 +28,32 @@ from shared import (
     expected_models,
     heartbeats,
     keys,
-    model_config,
     model_registry,
     readiness,
 )
 from shared.errors import ConchError, ErrorCode, invalid, unavailable
-from shared.model_paths import check_model_files, check_model_name
+from shared.model_paths import check_model_name
 
 log = logging.getLogger(__name__)
-
-# Parameters of Triton's load request that Conch does not take (model files sent in the body).
-_FILE_PREFIX = "file:"
 
 
 class RepositoryControl:
     """Load and unload across the fleet, from one gateway process."""
 
-    def __init__(self, r: aioredis.Redis, table: ModelTable, timeout_s: float):
+    # The response cache, whose entries of a model go when the model is loaded again or unloaded.
+    cache: ResponseCache | None = None
+
+    def __init__(
+        self,
+        r: aioredis.Redis,
+        table: ModelTable,
+        timeout_s: float,
+        max_upload_bytes: int = 64 * 1024 * 1024,
+    ):
         self._redis = r
         self._table = table
         self._timeout_s = timeout_s
+        self._max_upload_bytes = max_upload_bytes
 
     async def index(self, ready_only: bool) -> list[dict[str, str]]:
         found = await expected_models.read(self._redis)
@@ -84,8 +92,18 @@ class RepositoryControl:
 
     async def load(self, model: str, parameters: dict[str, Any]) -> list[int]:
         check_model_name(model)
-        override = _config_override(model, parameters)
-        message = control.new_message(control.LOAD, model, config=override)
+        """Load (or reload) a model on every worker. A ``config`` override or model files
+        reload the versions already loaded; files are written into each worker's model
+        directory first (``gateway.repository_files`` checks them)."""
+        request = load_request(model, parameters, self._max_upload_bytes)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(keys.control_files(model))
+            if request.files:
+                pipe.hset(keys.control_files(model), mapping=request.files)
+            await pipe.execute()
+        message = control.new_message(
+            control.LOAD, model, config=request.config, files=bool(request.files)
+        )
         acks = await self._send(message)
         _raise_for_errors(acks, "load", model)
         done = [a for a in acks if a.status == control.ACK_OK]
@@ -97,6 +115,8 @@ class RepositoryControl:
             await expected_models.record_load_error(self._redis, model, "gateway", message)
             raise invalid(message)
         loaded = sorted({v for a in done for v in a.loaded})
+        if self.cache is not None:
+            await self.cache.invalidate(model)
         log.info("model loaded across the fleet", extra={"model": model, "versions": loaded})
         await self._table.refresh()
         return loaded
@@ -144,6 +164,8 @@ class RepositoryControl:
         _raise_for_errors(acks, "unload", model)
         unloaded = sorted({v for a in acks for v in a.unloaded})
         await self._forget(model, unloaded, weights)
+        if self.cache is not None and unloaded:
+            await self.cache.invalidate(model)
         log.info("model unloaded across the fleet", extra={"model": model, "versions": unloaded})
         return unloaded
 
@@ -203,30 +225,3 @@ def _raise_for_errors(acks: list[control.ControlAck], action: str, model: str) -
             f"failed to {action} '{model}': "
             + "; ".join(f"{a.message} (worker {a.worker})" for a in failed)
         )
-
-
-def _config_override(model: str, parameters: dict[str, Any]) -> dict[str, Any] | None:
-    files = [name for name in parameters if name.startswith(_FILE_PREFIX)]
-    if files:
-        raise ConchError(
-            ErrorCode.UNSUPPORTED,
-            f"load parameter '{files[0]}': model files in the request are not supported; put "
-            "them in the model repository every worker reads",
-        )
-    raw = parameters.get("config")
-    if raw is None:
-        return None
-    try:
-        override = msgspec.json.decode(raw) if isinstance(raw, str | bytes) else raw
-    except msgspec.DecodeError as exc:
-        raise invalid(f"parameter 'config' is not valid JSON: {exc}") from None
-    if not isinstance(override, dict):
-        raise invalid("parameter 'config' must be a model configuration in Triton's JSON form")
-    override.setdefault("name", model)
-    if override["name"] != model:
-        raise invalid(
-            f"parameter 'config': field 'name' is '{override['name']}' but the model is '{model}'"
-        )
-    config = model_config.from_json(override, source=f"load of '{model}', parameter 'config'")
-    check_model_files(config, field="parameters.config")
-    return override

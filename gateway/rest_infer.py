@@ -68,18 +68,27 @@ async def infer(
     try:
         body = decompress(body, headers.get("content-encoding"), max_request_bytes)
         parsed = parse_infer_request(body, headers.get(HEADER_LENGTH))
+        plan = await dataplane.extensions.prepare(parsed, headers)
         if caller is None:
             caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
         outcome = await dataplane.infer(model, version, parsed, caller, received)
+        finished = await dataplane.extensions.finish(
+            plan, dataplane.table.configs.get(model), outcome.reply.outputs
+        )
     except ConchError as exc:
         return RestResponse(*error_parts(exc.code, exc.message, exc.retry_after_s))
     except REDIS_ERRORS as exc:
         return RestResponse(*redis_unavailable(exc, f"infer {model}"))
     binary = {o.name: o.binary for o in outcome.request.outputs}
     if not outcome.request.outputs and parsed.binary_default:
-        binary = {t.name: True for t in outcome.reply.outputs}
+        binary = {t.name: True for t in finished.outputs}
     content, header_length = encode_infer_response(
-        model, outcome.version, parsed.id, outcome.reply.outputs, binary
+        model,
+        outcome.version,
+        parsed.id,
+        finished.outputs,
+        binary,
+        in_shared_memory=finished.in_shared_memory,
     )
     if header_length is None:
         return RestResponse(200, content, JSON)

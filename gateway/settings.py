@@ -9,6 +9,8 @@ class GatewaySettings(Settings, kw_only=True):
     __prefix__ = "CONCH_GATEWAY_"
 
     host: str = "0.0.0.0"
+    # The name GET /v2 and gRPC ServerMetadata report ("triton" for clients that check it).
+    server_name: str = "conch"
     http_port: int = 8000
     # Processes sharing the HTTP port (each has its own Redis pool and reply reader): a number,
     # or "auto" to follow the CPUs this service may use (shared.cpu_budget).
@@ -53,6 +55,29 @@ class GatewaySettings(Settings, kw_only=True):
     repository_requires_admin: bool = True
     # How long a load or unload waits for every worker of the fleet to answer.
     control_timeout_s: float = 120.0
+    # Model files one repository load may carry (Triton's file:<path> parameters), in bytes.
+    max_upload_bytes: int = 64 * 1024 * 1024
+    # Triton's response cache: the cache Redis (its own server, with maxmemory and an allkeys-lru
+    # policy); empty: no response cache. conch up --cache-config local,size=N starts one.
+    cache_redis_url: str = ""
+    # Responses larger than this (bytes, encoded) are not cached.
+    cache_max_entry_bytes: int = 16 * 1024 * 1024
+    # Triton's --http-header-forward-pattern / --grpc-header-forward-pattern: request headers
+    # whose name matches reach the model as string parameters (empty: none).
+    http_header_forward_pattern: str = ""
+    grpc_header_forward_pattern: str = ""
+    # gRPC keepalive, with Triton's flags' defaults (--grpc-keepalive-time etc.), so clients
+    # tuned for Triton's server are neither cut off for pinging nor kept waiting.
+    grpc_keepalive_time_ms: int = 7_200_000
+    grpc_keepalive_timeout_ms: int = 20_000
+    grpc_keepalive_permit_without_calls: bool = False
+    grpc_http2_max_pings_without_data: int = 2
+    grpc_http2_min_recv_ping_interval_without_data_ms: int = 300_000
+    grpc_http2_max_ping_strikes: int = 2
+    # Triton's --allow-client-shm: clients may register system (and CUDA) shared memory.
+    allow_client_shm: bool = False
+    # Whose registrations this gateway shares: the gateways of one host (default: hostname).
+    shm_host: str = ""
 
 
 def graceful_shutdown_s(settings: GatewaySettings) -> float:

@@ -17,17 +17,22 @@ import uuid
 from gateway.admin_store import AdminStore
 from gateway.admission import Admission
 from gateway.auth import TenantTable
+from gateway.cache_stats import CacheStats
 from gateway.dataplane import DataPlane
+from gateway.infer_extensions import InferExtensions
 from gateway.model_table import ModelTable
 from gateway.process_status import GatewayProcess
 from gateway.ratelimit import RateLimiter
 from gateway.readiness import Readiness
 from gateway.replies import ReplyRouter
 from gateway.repository_control import RepositoryControl
+from gateway.response_cache import ResponseCache
 from gateway.settings import GatewaySettings
+from gateway.shared_memory import SharedMemoryManager
+from gateway.trace_settings import TraceSettings
 from gateway.traffic_table import TrafficTable
 from gateway.version_router import VersionRouter
-from shared import heartbeats, metrics, periodic, redis_conn
+from shared import heartbeats, log_settings, metrics, periodic, redis_conn
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +62,30 @@ class GatewayState:
             gone_ms=settings.gone_bound_ms,
             max_in_flight=settings.max_in_flight,
         )
+        self.shared_memory = SharedMemoryManager(
+            self.redis, settings.shm_host or os.uname().nodename, settings.allow_client_shm
+        )
+        self.dataplane.extensions = InferExtensions(
+            self.redis,
+            self.shared_memory,
+            settings.http_header_forward_pattern,
+            settings.grpc_header_forward_pattern,
+        )
+        self.cache_stats = CacheStats(self.redis)
+        self.response_cache = ResponseCache(
+            settings.cache_redis_url,
+            self.cache_stats,
+            max_entry_bytes=settings.cache_max_entry_bytes,
+        )
+        if self.response_cache.enabled:
+            self.dataplane.cache = self.response_cache
+        self.traces = TraceSettings(self.redis)
+        self.dataplane.traces = self.traces
         self.admin = AdminStore(self.redis)
-        self.repository = RepositoryControl(self.redis, self.table, settings.control_timeout_s)
+        self.repository = RepositoryControl(
+            self.redis, self.table, settings.control_timeout_s, settings.max_upload_bytes
+        )
+        self.repository.cache = self.dataplane.cache
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -69,7 +96,10 @@ class GatewayState:
             asyncio.create_task(self.heartbeat(), name="heartbeat"),
             asyncio.create_task(metrics.redis_rtt_probe(self.redis, "gateway"), name="rtt"),
             asyncio.create_task(self.run_policy(), name="traffic-policy"),
+            asyncio.create_task(self.traces.run(), name="trace-settings"),
+            asyncio.create_task(log_settings.follow(self.settings.redis_url), name="log-settings"),
         ]
+        await self.response_cache.check()
         try:
             await asyncio.wait_for(self.table.loaded.wait(), timeout=10)
             await asyncio.wait_for(self.policy_loaded.wait(), timeout=10)
@@ -82,8 +112,11 @@ class GatewayState:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.response_cache.close()
+        await self.cache_stats.close()
         with contextlib.suppress(Exception):
             await heartbeats.deregister(self.redis, "gateway", self.id)
+        self.shared_memory.close()
         await self.redis.aclose()
 
     async def refresh_policy(self) -> None:

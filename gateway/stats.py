@@ -19,7 +19,9 @@ def _pair(count: int, ns: int) -> dict[str, int]:
 
 def model_stats(name: str, version: int, raw: dict[bytes, bytes]) -> dict[str, Any]:
     values = {k.decode(): int(v) for k, v in raw.items()}
-    success = values.get("success_count", 0)
+    hits, hit_ns = values.get("cache_hit_count", 0), values.get("cache_hit_ns", 0)
+    executed = values.get("success_count", 0)
+    success = executed + hits  # a cache hit is a success that never ran (Triton's count)
     queue_ns = values.get("queue_ns", 0)
     compute = {
         phase: values.get(f"compute_{phase}_ns", 0) for phase in ("input", "infer", "output")
@@ -34,14 +36,14 @@ def model_stats(name: str, version: int, raw: dict[bytes, bytes]) -> dict[str, A
         "inference_count": values.get("inference_count", 0),
         "execution_count": values.get("execution_count", 0),
         "inference_stats": {
-            "success": _pair(success, queue_ns + sum(compute.values())),
+            "success": _pair(success, queue_ns + sum(compute.values()) + hit_ns),
             "fail": _pair(values.get("fail_count", 0), 0),
-            "queue": _pair(success, queue_ns),
-            "compute_input": _pair(success, compute["input"]),
-            "compute_infer": _pair(success, compute["infer"]),
-            "compute_output": _pair(success, compute["output"]),
-            "cache_hit": _pair(0, 0),
-            "cache_miss": _pair(0, 0),
+            "queue": _pair(executed, queue_ns),
+            "compute_input": _pair(executed, compute["input"]),
+            "compute_infer": _pair(executed, compute["infer"]),
+            "compute_output": _pair(executed, compute["output"]),
+            "cache_hit": _pair(hits, hit_ns),
+            "cache_miss": _pair(values.get("cache_miss_count", 0), values.get("cache_miss_ns", 0)),
         },
         "response_stats": {},
         "batch_stats": [

@@ -25,6 +25,7 @@ from scheduler.version_queue import VersionQueue
 from shared import (
     heartbeats,
     keys,
+    log_settings,
     metrics,
     model_registry,
     readiness,
@@ -82,6 +83,7 @@ class SchedulerService:
             self.intake.run(),
             self._reclaim_loop(),
             self._done_loop(),
+            log_settings.follow(self.settings.redis_url),
         ]
         try:
             await asyncio.gather(*loops)

@@ -43,6 +43,9 @@ class ControlMessage(msgspec.Struct, frozen=True, kw_only=True):
     # Unload only these versions (a Conch extension); None: every version of the model.
     versions: list[int] | None = None
     sent_ms: int = 0
+    # Load only: model files came with the request (``keys.control_files``), to be written into
+    # the model directory before loading.
+    files: bool = False
 
 
 class ControlAck(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,6 +62,8 @@ class DesiredState(msgspec.Struct, kw_only=True):
     config: dict[str, Any] | None = None
     unloaded: bool = False
     excluded: list[int] = []
+    # The last load came with model files (kept in ``keys.control_files``).
+    files: bool = False
 
 
 class IndexEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,6 +86,7 @@ def new_message(
     *,
     config: dict[str, Any] | None = None,
     versions: list[int] | None = None,
+    files: bool = False,
 ) -> ControlMessage:
     return ControlMessage(
         id=uuid.uuid4().hex,
@@ -89,18 +95,21 @@ def new_message(
         config=config,
         versions=versions,
         sent_ms=clock.now_ms(),
+        files=files,
     )
 
 
 def next_state(state: DesiredState | None, message: ControlMessage) -> DesiredState:
     """The desired state after a message (pure): a load resets, an unload adds exclusions."""
     if message.action == LOAD:
-        return DesiredState(config=message.config)
+        return DesiredState(config=message.config, files=message.files)
     state = state or DesiredState()
     if message.versions is None:
-        return DesiredState(config=state.config, unloaded=True, excluded=[])
+        return DesiredState(config=state.config, unloaded=True, excluded=[], files=state.files)
     excluded = sorted(set(state.excluded) | set(message.versions))
-    return DesiredState(config=state.config, unloaded=state.unloaded, excluded=excluded)
+    return DesiredState(
+        config=state.config, unloaded=state.unloaded, excluded=excluded, files=state.files
+    )
 
 
 async def read_states(r: aioredis.Redis) -> dict[str, DesiredState]:

@@ -196,3 +196,44 @@ def repository_scanned() -> str:
 def load_errors() -> str:
     """HASH model -> why its last load failed ``{"worker": ..., "message": ..., "ms": ...}``."""
     return f"{PREFIX}:load_errors"
+
+
+# --- Protocol extensions (shared memory, response cache, trace and log settings) --------------
+
+
+def shm_regions(host: str) -> str:
+    """HASH region name -> registration JSON: the shared memory regions clients registered with
+    the gateways of one host (regions are host memory: only that host's gateways can map them)."""
+    return f"{PREFIX}:shm:{{{host}}}"
+
+
+def labels() -> str:
+    """HASH model -> JSON {output: [label, ...]}: classification labels, published by workers."""
+    return f"{PREFIX}:labels"
+
+
+def control_files(model: str) -> str:
+    """HASH relative path -> bytes: the model files the last load of a model sent (Triton's
+    ``file:<path>`` load parameters), written into every worker's model directory."""
+    return f"{PREFIX}:control:files:{model}"
+
+
+def log_settings() -> str:
+    """STRING: the fleet's log settings JSON (Triton's logging extension); every service follows
+    it, told of changes on ``log_settings_channel``."""
+    return f"{PREFIX}:logging"
+
+
+def log_settings_channel() -> str:
+    return f"{PREFIX}:logging:changed"
+
+
+def trace_settings() -> str:
+    """HASH scope ("" for the fleet, else a model) -> trace settings JSON set through the trace
+    extension."""
+    return f"{PREFIX}:trace"
+
+
+def trace_remaining(scope: str) -> str:
+    """STRING: traces left to sample for a scope whose trace_count is limited."""
+    return f"{PREFIX}:trace:remaining:{scope}"

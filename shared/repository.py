@@ -35,7 +35,9 @@ class ScanResult:
     errors: dict[str, str]
 
 
-def scan(repository: str | Path) -> ScanResult:
+def scan(repository: str | Path, auto_complete: bool = True) -> ScanResult:
+    """Every model directory of the repository; ``auto_complete`` (Triton's default) lets a
+    model without config.pbtxt, or one naming no platform, be read off its model files."""
     root = Path(repository)
     if not root.is_dir():
         raise invalid(f"model repository '{root}' is not a directory")
@@ -45,16 +47,18 @@ def scan(repository: str | Path) -> ScanResult:
         if not entry.is_dir() or entry.name.startswith("."):
             continue
         try:
-            models[entry.name] = read_model(entry)
+            models[entry.name] = read_model(entry, auto_complete=auto_complete)
         except ConchError as exc:
             errors[entry.name] = exc.message
     return ScanResult(models=models, errors=errors)
 
 
-def read_model(model_dir: Path, config: ModelConfig | None = None) -> RepositoryModel:
+def read_model(
+    model_dir: Path, config: ModelConfig | None = None, auto_complete: bool = True
+) -> RepositoryModel:
     """The model in ``model_dir``, with its configuration (or ``config``, an override); every
     file the configuration names must stay inside that directory."""
-    config = config or model_config.load(model_dir)
+    config = config or model_config.load(model_dir, auto_complete)
     check_model_files(config)
     versions = sorted(
         {

@@ -96,6 +96,11 @@ class Backend(abc.ABC):
     def check_host(self) -> None:  # noqa: B027 - optional hook
         """Raise ConchError with one clear line when this host cannot run the backend at all."""
 
+    def auto_complete(self, config: ModelConfig, model_file: Path) -> dict[str, Any] | None:
+        """Triton's auto-complete: the configuration (JSON form) with what the model file says
+        filled in, or None when there is nothing to add (``workers.auto_complete``)."""
+        return None
+
 
 class TensorModelInstance(ModelInstance):
     """Batch concatenation and splitting for backends that run one tensor call per batch."""

@@ -53,7 +53,7 @@ class BatchLoop:
         )
         recover = False
         try:
-            while not (self._stopping.is_set() or lane.stop.is_set()):
+            while not (self._stopping.is_set() or lane.stop.is_set() or loaded.retired):
                 if recover:
                     recover = not await self._recover_own(stream, lane)
                     continue

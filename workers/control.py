@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 
 import redis.asyncio as aioredis
 
@@ -29,10 +30,10 @@ class ModelControl:
         self._host = host
         self._cursor: bytes = b"$"
 
-    async def startup_scan(self, scan: ScanResult) -> ScanResult:
+    async def startup_scan(self, scan: ScanResult, root: Path | None = None) -> ScanResult:
         """Apply the fleet's desired state to what the disk says, and publish the index."""
         self._cursor = await control.last_id(self._host.redis)
-        return await apply_fleet_state(self._host.redis, scan)
+        return await apply_fleet_state(self._host.redis, scan, root)
 
     async def run(self) -> None:
         client: aioredis.Redis = redis_conn.dedicated(

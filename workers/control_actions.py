@@ -1,8 +1,11 @@
 """What a load or an unload control message does on this worker, answered with one ack.
 
-A load reads the model directory (with the message's config override, if any), loads the
-versions its version_policy selects that are not loaded yet, and retires the loaded ones it no
-longer selects. An unload retires the versions named (every loaded one by default). A version
+A load writes the model files the request sent (if any) into the model directory, reads it
+(with the message's config override, if any, auto-completed by the backend), loads the versions
+its version_policy selects that are not loaded yet, reloads the loaded ones whose configuration
+changed (an override, or the end of one) or whose files the request brought, and retires the
+loaded ones it no longer selects.
+An unload retires the versions named (every loaded one by default). A version
 that has weight is never retired: the whole message is refused instead.
 """
 
@@ -15,11 +18,12 @@ from typing import Protocol
 
 import redis.asyncio as aioredis
 
-from shared import control, expected_models, keys, model_config, repository
+from shared import control, expected_models, keys, model_config, model_files, repository
 from shared.control import ControlAck, ControlMessage, IndexEntry
-from shared.errors import ConchError
+from shared.errors import ConchError, ErrorCode
 from shared.model_paths import check_model_name
 from shared.repository import RepositoryModel
+from workers import auto_complete
 from workers.backend import Backend
 from workers.loader import LoadedVersion, VersionLoadError
 from workers.placement import Devices, runs_here
@@ -54,6 +58,10 @@ class ModelHost(Protocol):
         """Route around, unmark, drain, stop serving, unload."""
         ...
 
+    async def replace(self, model: RepositoryModel, versions: list[int]) -> list[LoadedVersion]:
+        """Reload served versions with the model's new configuration or files, no downtime."""
+        ...
+
 
 def ack(host: ModelHost, status: str, message: str = "", **kwargs: list[int]) -> ControlAck:
     return ControlAck(worker=host.id, status=status, message=message, **kwargs)
@@ -67,13 +75,24 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
     except ConchError as exc:
         return ack(host, control.ACK_ERROR, exc.message)
     model_dir = Path(host.settings.model_repository) / name
-    if not model_dir.is_dir():
-        return ack(host, control.ACK_ERROR, f"no model directory '{name}' in the model repository")
+    strict = host.settings.strict_model_config
     try:
+        if message.files:
+            await write_files(redis, name, model_dir)
+        if not model_dir.is_dir():
+            return ack(
+                host, control.ACK_ERROR, f"no model directory '{name}' in the model repository"
+            )
         override = None
         if message.config is not None:
-            override = model_config.from_json(message.config, source=f"override of {name!r}")
-        model = repository.read_model(model_dir, override)
+            override = model_config.from_json(
+                message.config,
+                source=f"override of {name!r}",
+                model_dir=None if strict else model_dir,
+            )
+        model = repository.read_model(model_dir, override, auto_complete=not strict)
+        if host.backend.accepts(model.config):
+            model = await asyncio.to_thread(auto_complete.complete, host.backend, model, strict)
     except ConchError as exc:
         await control.write_index(redis, {name: IndexEntry(error=exc.message)})
         return ack(host, control.ACK_ERROR, exc.message)
@@ -101,14 +120,33 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
     weighted = await _weighted(redis, name, retire)
     if weighted:
         return ack(host, control.ACK_ERROR, _weighted_message(name, weighted))
+    reload = [
+        v
+        for v in sorted(target & current)
+        if message.files or host.loaded[(name, v)].model.config.json != model.config.json
+    ]
     try:
         loaded = await host.start(model, sorted(target - current))
+        if reload:
+            loaded += await host.replace(model, reload)
     except VersionLoadError as exc:
         await expected_models.record_load_error(redis, name, host.id, str(exc))
         return ack(host, control.ACK_ERROR, str(exc))
     await expected_models.clear_load_errors(redis, [name])
     await asyncio.gather(*(host.stop((name, v)) for v in retire))
     return ack(host, control.ACK_OK, loaded=[lv.version for lv in loaded], unloaded=retire)
+
+
+async def write_files(redis: aioredis.Redis, model: str, model_dir: Path) -> None:
+    """The files the load sent, written into the model directory (confined to it)."""
+    raw = await redis.hgetall(keys.control_files(model))
+    files = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
+    if not files:
+        raise ConchError(
+            ErrorCode.INVALID_ARG,
+            f"failed to load '{model}': the model files sent with the load are gone from Redis",
+        )
+    await asyncio.to_thread(model_files.write, model, model_dir, files)
 
 
 async def unload(host: ModelHost, message: ControlMessage) -> ControlAck:

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 
 import redis.asyncio as aioredis
 
 from shared import control, expected_models, model_config, repository
 from shared.errors import ConchError
 from shared.repository import RepositoryModel, ScanResult
+from workers.control_actions import write_files
 from workers.repository_index import index_of
 
 log = logging.getLogger(__name__)
@@ -33,9 +35,14 @@ class _Pinned(RepositoryModel):
         return list(self.pinned)
 
 
-async def apply_fleet_state(redis: aioredis.Redis, scan: ScanResult) -> ScanResult:
-    """The scan with the fleet's desired state applied; the repository index is published."""
+async def apply_fleet_state(
+    redis: aioredis.Redis, scan: ScanResult, root: Path | None = None
+) -> ScanResult:
+    """The scan with the fleet's desired state applied; the repository index is published.
+    A model that exists only through files a load sent (not on this worker's disk) is written
+    into ``root`` first."""
     states = await control.read_states(redis)
+    scan = await _add_uploaded(redis, scan, states, root)
     models: dict[str, RepositoryModel] = {}
     for name, model in scan.models.items():
         state = states.get(name)
@@ -48,9 +55,19 @@ async def apply_fleet_state(redis: aioredis.Redis, scan: ScanResult) -> ScanResu
                 extra={"model": name},
             )
             continue
+        if state.files:
+            try:
+                await write_files(redis, name, model.path)
+            except ConchError as exc:
+                log.error(
+                    "model files of the last load not written",
+                    extra={"model": name, "error": exc.message},
+                )
         if state.config is not None:
             try:
-                config = model_config.from_json(state.config, source=f"override of {name!r}")
+                config = model_config.from_json(
+                    state.config, source=f"override of {name!r}", model_dir=model.path
+                )
                 model = repository.read_model(model.path, config)
             except ConchError as exc:
                 log.error(
@@ -66,3 +83,26 @@ async def apply_fleet_state(redis: aioredis.Redis, scan: ScanResult) -> ScanResu
         models[name] = model
     await expected_models.write_index(redis, index_of(scan))
     return ScanResult(models=models, errors=scan.errors)
+
+
+async def _add_uploaded(
+    redis: aioredis.Redis,
+    scan: ScanResult,
+    states: dict[str, control.DesiredState],
+    root: Path | None,
+) -> ScanResult:
+    missing = [
+        name
+        for name, state in states.items()
+        if state.files and not state.unloaded and name not in scan.models
+    ]
+    if root is None or not missing:
+        return scan
+    models, errors = dict(scan.models), dict(scan.errors)
+    for name in missing:
+        try:
+            await write_files(redis, name, root / name)
+            models[name] = repository.read_model(root / name)
+        except ConchError as exc:
+            errors[name] = exc.message
+    return ScanResult(models=models, errors=errors)

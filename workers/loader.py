@@ -29,6 +29,8 @@ class LoadedVersion:
     version: int
     instances: list[ModelInstance] = field(default_factory=list)
     load_seconds: float = 0.0
+    # Set when a reload replaced this copy: its serving loops stop after their current batch.
+    retired: bool = False
 
     @property
     def name(self) -> str:

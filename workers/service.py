@@ -14,8 +14,9 @@ import logging
 import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-from shared import heartbeats, metrics, readiness, redis_conn, repository
+from shared import heartbeats, log_settings, metrics, readiness, redis_conn, repository
 from shared.health_http import HealthServer
 from workers.backend import Backend
 from workers.backend_table import load_backend
@@ -60,7 +61,10 @@ class WorkerService:
         versions = self.versions
         background: list[asyncio.Task[None]] = []
         try:
-            scan = await self.control.startup_scan(repository.scan(self.settings.model_repository))
+            found = repository.scan(
+                self.settings.model_repository, not self.settings.strict_model_config
+            )
+            scan = await self.control.startup_scan(found, Path(self.settings.model_repository))
             await load_at_startup(scan, versions)
             total = sum(len(v.instances) for v in versions.loaded.values())
             self._batches.executor = ThreadPoolExecutor(  # headroom for versions loaded at runtime
@@ -76,6 +80,9 @@ class WorkerService:
                 asyncio.create_task(restore_loop(versions, self._stopping), name="restore"),
                 asyncio.create_task(reclaim_loop(versions, self._stopping), name="reclaim"),
                 asyncio.create_task(self.control.run(), name="model-control"),
+                asyncio.create_task(
+                    log_settings.follow(self.settings.redis_url), name="log-settings"
+                ),
             ]
             self.ready.set()
             log.info(

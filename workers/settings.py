@@ -32,3 +32,6 @@ class WorkerSettings(Settings, kw_only=True):
     # Seconds between marking a version draining (gateways stop routing requests without a
     # version to it; they re-read every 250 ms) and no longer taking requests that name it.
     drain_route_delay_s: float = 0.75
+    # Triton's --strict-model-config: true turns auto-complete off (every configuration must
+    # list its inputs and outputs); false (Triton's default) completes them from the model.
+    strict_model_config: bool = False

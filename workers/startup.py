@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from shared import expected_models, keys, model_registry, streams
+from shared import expected_models, keys, labels, model_registry, streams
 from shared.errors import ConchError
 from shared.repository import ScanResult
+from workers import auto_complete
 from workers.loader import load_version
 from workers.placement import Devices, runs_here
 from workers.version_host import VersionHost
@@ -35,6 +36,14 @@ async def load_at_startup(scan: ScanResult, host: VersionHost) -> None:
             continue
         if not runs_here(model.config, devices):
             log.info("no instance of the model on this worker's devices", extra={"model": name})
+            continue
+        try:
+            model = await asyncio.to_thread(
+                auto_complete.complete, backend, model, settings.strict_model_config
+            )
+        except ConchError as exc:
+            log.error("model not loadable", extra={"model": name, "error": exc.message})
+            await expected_models.record_load_error(redis, name, host.id, exc.message)
             continue
         if not model.versions:
             log.error(
@@ -73,6 +82,7 @@ async def load_at_startup(scan: ScanResult, host: VersionHost) -> None:
             )
         if versions:
             await model_registry.publish_model(redis, model.config)
+            await labels.publish(redis, model.path, model.config)
             await streams.ensure_groups(
                 redis, [keys.batch_stream(name, v) for v in versions], keys.WORKER_GROUP
             )

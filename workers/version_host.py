@@ -19,7 +19,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import clock, heartbeats, keys, model_registry, readiness, streams
+from shared import clock, heartbeats, keys, labels, model_registry, readiness, streams
 from shared.errors import ConchError
 from shared.heartbeat_thread import HeartbeatThread
 from shared.repository import RepositoryModel
@@ -159,6 +159,49 @@ class VersionHost:
         Raises ``VersionLoadError`` when one fails to load; none of them is served then.
         """
         name = model.name
+        loaded = await self._load_all(model, versions)
+        for lv in loaded:
+            self.add(lv)
+            self.serve(lv)
+            _log_loaded(lv)
+        await self.announce()
+        if loaded:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hdel(keys.draining(), *(f"{name}:{lv.version}" for lv in loaded))
+                pipe.incr(keys.policy_rev())
+                await pipe.execute()
+        return loaded
+
+    async def replace(self, model: RepositoryModel, versions: list[int]) -> list[LoadedVersion]:
+        """Reload versions this worker serves (a new configuration or new files): the new
+        instances load beside the old ones and take over the version's batch stream, then the
+        old ones finish the batch in hand and unload. The version stays ready throughout, so
+        no request is refused or lost. All or nothing, as ``start``."""
+        loaded = await self._load_all(model, versions)
+        retired: list[tuple[LoadedVersion, list[asyncio.Task[None]]]] = []
+        for lv in loaded:
+            key = (lv.name, lv.version)
+            old = self.loaded.get(key)
+            tasks = [t for t in self._serving if t.get_name() == f"serve-{key}"]
+            self.loaded[key] = lv
+            self.lanes.setdefault(key, Lane())
+            self.serve(lv)
+            if old is not None:
+                old.retired = True
+                retired.append((old, tasks))
+            _log_loaded(lv)
+        await self.announce()
+        for old, tasks in retired:
+            # No cancelling: each old loop returns once its batch in hand is published and acked.
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for task in tasks:
+                self._serving.remove(task)
+            await self.unload(old)
+        return loaded
+
+    async def _load_all(self, model: RepositoryModel, versions: list[int]) -> list[LoadedVersion]:
+        """Load every version (not served yet); publish the model's configuration and labels."""
+        name = model.name
         loaded: list[LoadedVersion] = []
         for version in versions:
             log.info("loading model", extra={"model": name, "version": version})
@@ -174,29 +217,12 @@ class VersionHost:
                     await asyncio.to_thread(unload_instances, done)
                 raise VersionLoadError(version, text) from exc
         await model_registry.publish_model(self.redis, model.config)
+        await labels.publish(self.redis, model.path, model.config)
         await streams.ensure_groups(
             self.redis,
             [keys.batch_stream(name, lv.version) for lv in loaded],
             keys.WORKER_GROUP,
         )
-        for lv in loaded:
-            self.add(lv)
-            self.serve(lv)
-            log.info(
-                "model loaded",
-                extra={
-                    "model": lv.name,
-                    "version": lv.version,
-                    "instances": len(lv.instances),
-                    "seconds": round(lv.load_seconds, 3),
-                },
-            )
-        await self.announce()
-        if loaded:
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hdel(keys.draining(), *(f"{name}:{lv.version}" for lv in loaded))
-                pipe.incr(keys.policy_rev())
-                await pipe.execute()
         return loaded
 
     async def stop(self, key: VersionKey) -> None:
@@ -250,3 +276,15 @@ class VersionHost:
         in_flight = pending.get("pending", 0) if isinstance(pending, dict) else 0
         queued = sum(x for x in (results[0], *results[2:]) if isinstance(x, int))
         return queued == 0 and in_flight == 0
+
+
+def _log_loaded(lv: LoadedVersion) -> None:
+    log.info(
+        "model loaded",
+        extra={
+            "model": lv.name,
+            "version": lv.version,
+            "instances": len(lv.instances),
+            "seconds": round(lv.load_seconds, 3),
+        },
+    )

@@ -10,7 +10,7 @@ Who exports what (every service serves ``/metrics``; dashboards and rules sum ac
   the scheduler answered with an error, live instances per model version (fleet-wide).
 - **gateways** (several processes, aggregated by prometheus_client's multiprocess mode): the
   end-to-end request-duration histogram, requests per version arm and outcome, rejected requests
-  per tenant.
+  per tenant, Triton's response cache counters (``nv_cache_*_per_model``).
 - **all**: Redis round-trip time, heartbeats, reclaimed and redelivered stream entries.
 
 The package: :mod:`~shared.metrics.families` (names, labels, buckets),
@@ -22,7 +22,14 @@ The package: :mod:`~shared.metrics.families` (names, labels, buckets),
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from shared.metrics.exposition import MULTIPROC_ENV, exposition, multiprocess_dir, on_scrape
+from shared.metrics.cache import CACHE_HIT_US, CACHE_HITS, CACHE_MISS_US, CACHE_MISSES
+from shared.metrics.exposition import (
+    MULTIPROC_ENV,
+    add_renderer,
+    exposition,
+    multiprocess_dir,
+    on_scrape,
+)
 from shared.metrics.families import (
     BACKEND,
     BATCH_BUCKETS,
@@ -80,6 +87,10 @@ __all__ = [
     "BACKEND",
     "BATCH_BUCKETS",
     "BATCH_SIZE",
+    "CACHE_HITS",
+    "CACHE_HIT_US",
+    "CACHE_MISSES",
+    "CACHE_MISS_US",
     "CANCELED",
     "COMPUTE_INFER_US",
     "COMPUTE_INPUT_US",
@@ -117,6 +128,7 @@ __all__ = [
     "TRITON_COUNTERS",
     "WORKER_INSTANCES",
     "TritonCounter",
+    "add_renderer",
     "child",
     "exposition",
     "forget",

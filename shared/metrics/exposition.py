@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
+from shared.metrics.cache import COUNTER_TYPED
 from shared.metrics.triton_counter import render_all
 
 log = logging.getLogger("shared.metrics")
@@ -21,11 +22,18 @@ log = logging.getLogger("shared.metrics")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 _scrape_hooks: list[Callable[[], None]] = []
+_renderers: list[Callable[[], str]] = []
 
 
 def on_scrape(hook: Callable[[], None]) -> None:
     """Run ``hook`` before each exposition (gauges read from in-memory state at scrape time)."""
     _scrape_hooks.append(hook)
+
+
+def add_renderer(render: Callable[[], str]) -> None:
+    """Text appended to a single-process exposition (families under exact names that
+    prometheus_client would rename, such as a Python model's custom counters)."""
+    _renderers.append(render)
 
 
 def multiprocess_dir() -> str | None:
@@ -45,5 +53,21 @@ def exposition(registry: CollectorRegistry = REGISTRY) -> bytes:
 
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, path=path)
-        return generate_latest(merged)
-    return generate_latest(registry) + render_all().encode()
+        return _counter_typed(generate_latest(merged))
+    extra = "".join(_render(render) for render in list(_renderers))
+    return _counter_typed(generate_latest(registry)) + (render_all() + extra).encode()
+
+
+def _render(render: Callable[[], str]) -> str:
+    try:
+        return render()
+    except Exception:
+        log.exception("metrics renderer failed")
+        return ""
+
+
+def _counter_typed(text: bytes) -> bytes:
+    """Triton's cache counters, kept as summed gauges, typed as the counters they are."""
+    for name in COUNTER_TYPED:
+        text = text.replace(f"# TYPE {name} gauge\n".encode(), f"# TYPE {name} counter\n".encode())
+    return text

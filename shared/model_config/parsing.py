@@ -16,6 +16,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from shared import datatypes
 from shared.errors import invalid
+from shared.model_config.auto_complete import detect, fill_platform
 from shared.model_config.defaults import fill_defaults
 from shared.model_config.json_form import message_to_json
 from shared.model_config.structs import (
@@ -43,25 +44,47 @@ def parse_pbtxt(text: str, source: str = CONFIG_FILENAME, default_name: str = ""
     return _from_message(message, source)
 
 
-def from_json(data: Mapping[str, Any], source: str = "config") -> ModelConfig:
-    """Build a configuration from Triton's JSON form (registry entries, load overrides)."""
+def from_json(
+    data: Mapping[str, Any], source: str = "config", model_dir: Path | None = None
+) -> ModelConfig:
+    """Build a configuration from Triton's JSON form (registry entries, load overrides). With
+    ``model_dir``, a missing platform/backend is read off the model files (auto-complete)."""
     message = pb.ModelConfig()
     try:
         json_format.ParseDict(dict(data), message)
     except json_format.ParseError as exc:
         raise invalid(f"{source}: {exc}") from None
+    if model_dir is not None:
+        if not message.name:
+            message.name = model_dir.name
+        fill_platform(message, model_dir)
     return _from_message(message, source)
 
 
-def load(model_dir: str | Path) -> ModelConfig:
-    """Read ``<model_dir>/config.pbtxt``; the model's name defaults to the directory's."""
+def load(model_dir: str | Path, auto_complete: bool = True) -> ModelConfig:
+    """Read ``<model_dir>/config.pbtxt``; the model's name defaults to the directory's. With
+    ``auto_complete`` (Triton's default), a missing file or platform is read off the model
+    files; the backend completes inputs and outputs when it loads the model."""
     model_dir = Path(model_dir)
     path = model_dir / CONFIG_FILENAME
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise invalid(f"{path}: no {CONFIG_FILENAME} in model directory '{model_dir}'") from None
-    config = parse_pbtxt(text, str(path), default_name=model_dir.name)
+        if not auto_complete or detect(model_dir) is None:
+            raise invalid(
+                f"{path}: no {CONFIG_FILENAME} in model directory '{model_dir}'"
+            ) from None
+        text = ""
+    message = pb.ModelConfig()
+    try:
+        text_format.Parse(text, message)
+    except text_format.ParseError as exc:
+        raise invalid(f"{path}:{exc}") from None
+    if not message.name:
+        message.name = model_dir.name
+    if auto_complete:
+        fill_platform(message, model_dir)
+    config = _from_message(message, str(path))
     if config.name != model_dir.name:
         raise invalid(
             f"{path}: field 'name' is '{config.name}' but the model directory is "

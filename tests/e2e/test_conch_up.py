@@ -186,3 +186,48 @@ def test_conch_up_restarts_its_redis(model_repository: Path) -> None:
         alive = stop_conch_up(process)
     assert process.returncode == 0
     assert not alive, f"left running after SIGTERM: {[p.cmdline() for p in alive]}"
+
+
+def test_conch_up_protocol_flags(model_repository: Path) -> None:
+    """--server-name (default unchanged), --cache-config local (a private cache Redis, the
+    cached model answered from it), --allow-client-shm, gRPC keepalive flags accepted."""
+    port = free_port()
+    process = start_conch_up(
+        model_repository,
+        "--http-port",
+        str(port),
+        "--gateways",
+        "1",
+        "--server-name",
+        "triton",
+        "--cache-config",
+        "local,size=8M",
+        "--allow-client-shm",
+        "--grpc-keepalive-time",
+        "10000",
+    )
+    output = ConchUpOutput(process)
+    try:
+        output.wait_for(rf"Conch is ready at http://localhost:{port}", 120)
+        assert any("response cache started" in line for line in output.seen)
+        client = httpclient.InferenceServerClient(f"localhost:{port}")
+        assert client.get_server_metadata()["name"] == "triton"
+        client.unregister_system_shared_memory()  # allowed: no "disabled" error
+        x = np.ones((1, 256), dtype=np.float32)
+        tensor = httpclient.InferInput("INPUT0", [1, 256], "FP32")
+        tensor.set_data_from_numpy(x)
+        first = client.infer("mlp_cached", [tensor]).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(
+            client.infer("mlp_cached", [tensor]).as_numpy("OUTPUT0"), first
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            stats = client.get_inference_statistics("mlp_cached")["model_stats"][0]
+            if stats["inference_stats"]["cache_hit"]["count"] == 1:
+                break
+            time.sleep(0.2)
+        assert stats["inference_stats"]["cache_hit"]["count"] == 1
+    finally:
+        alive = stop_conch_up(process)
+    assert process.returncode == 0
+    assert not alive, f"left running after SIGTERM: {[p.cmdline() for p in alive]}"

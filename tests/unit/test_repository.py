@@ -175,7 +175,14 @@ def example_repo(make_models: ModuleType, tmp_path_factory: pytest.TempPathFacto
 def test_example_repository_scans_cleanly(example_repo: Path) -> None:
     result = scan(example_repo)
     assert result.errors == {}
-    assert sorted(result.models) == ["add_sub", "mlp", "simple"]
+    assert sorted(result.models) == [
+        "add_sub",
+        "custom_identity_int32",
+        "mlp",
+        "mlp_cached",
+        "simple",
+        "simple_int8",
+    ]
     for model in result.models.values():
         assert model.available_versions == [1]
         assert (model.path / "1" / model.config.model_filename).is_file()

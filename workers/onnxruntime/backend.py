@@ -6,13 +6,16 @@ Whether a GPU is really used is read from the providers the session ended up wit
 
 from __future__ import annotations
 
+import copy
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
 from shared.errors import ConchError, ErrorCode
+from shared.model_config import ModelConfig
 from workers.backend import Backend, LoadSpec, ModelInstance, TensorModelInstance
 
 log = logging.getLogger(__name__)
@@ -20,8 +23,39 @@ log = logging.getLogger(__name__)
 GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
 
 
+# ONNX Runtime's element type names -> Triton's config.pbtxt names.
+_CONFIG_TYPES = {
+    "tensor(float)": "TYPE_FP32",
+    "tensor(double)": "TYPE_FP64",
+    "tensor(float16)": "TYPE_FP16",
+    "tensor(bfloat16)": "TYPE_BF16",
+    "tensor(bool)": "TYPE_BOOL",
+    "tensor(string)": "TYPE_STRING",
+    **{f"tensor({t})": f"TYPE_{t.upper()}" for t in ("int8", "int16", "int32", "int64")},
+    **{f"tensor({t})": f"TYPE_{t.upper()}" for t in ("uint8", "uint16", "uint32", "uint64")},
+}
+
+
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
+
+    def auto_complete(self, config: ModelConfig, model_file: Path) -> dict[str, Any] | None:
+        """Inputs and outputs the configuration leaves out, read from the graph (Triton's
+        onnxruntime backend does the same); the batch dimension is left out of ``dims`` when
+        ``max_batch_size`` > 0."""
+        if (config.inputs and config.outputs) or not model_file.is_file():
+            return None
+        session = ort.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
+        batched = config.max_batch_size > 0
+        completed = copy.deepcopy(config.json)
+        for key, listed, found in (
+            ("input", config.inputs, session.get_inputs()),
+            ("output", config.outputs, session.get_outputs()),
+        ):
+            if listed:
+                continue
+            completed[key] = [_tensor_config(node, batched, config.name) for node in found]
+        return completed
 
     def load(self, spec: LoadSpec) -> ModelInstance:
         if not spec.model_file.is_file():
@@ -31,6 +65,18 @@ class OnnxRuntimeBackend(Backend):
                 f"'{spec.model_file}' (expected an ONNX model)",
             )
         return OnnxRuntimeInstance(spec)
+
+
+def _tensor_config(node: Any, batched: bool, model: str) -> dict[str, Any]:
+    data_type = _CONFIG_TYPES.get(node.type)
+    if data_type is None:
+        raise ConchError(
+            ErrorCode.INVALID_ARG,
+            f"model '{model}': cannot auto-complete '{node.name}' of ONNX type {node.type}; "
+            "list it in config.pbtxt",
+        )
+    dims = [d if isinstance(d, int) and d >= 0 else -1 for d in node.shape]
+    return {"name": node.name, "data_type": data_type, "dims": dims[1:] if batched else dims}
 
 
 def session_options(parameters: dict[str, str]) -> ort.SessionOptions:

@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing as mp
+import os
 import signal
 import threading
+import weakref
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,19 +28,73 @@ from shared import datatypes
 from shared.errors import ConchError, ErrorCode
 from shared.model_config import ModelConfig
 from workers.backend import Backend, Execution, LoadSpec, ModelInstance, ModelRequest, ModelResult
-from workers.python import ipc, stub
+from workers.python import custom_metrics, ipc, stub
 
 log = logging.getLogger(__name__)
 
 _CONTEXT = mp.get_context("spawn")  # never fork a threaded worker
+AUTO_COMPLETE_TIMEOUT_S = 120.0
 
 
 class ModelProcessDied(Exception):
     """The model process exited while the worker waited for it."""
 
 
+# Every live instance of this worker, for the scrape of their custom metrics.
+INSTANCES: weakref.WeakSet[PythonModelInstance] = weakref.WeakSet()
+
+
 class PythonBackend(Backend):
     name = "python"
+
+    def __init__(self) -> None:
+        custom_metrics.register(lambda: [i.custom_metrics for i in list(INSTANCES)])
+
+    def auto_complete(self, config: ModelConfig, model_file: Path) -> dict[str, Any] | None:
+        """The model's own ``auto_complete_config``, run in a short-lived model process (its
+        imports and state die with it, as in Triton); None when the model defines none."""
+        try:
+            source = model_file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        if "auto_complete_config" not in source:
+            return None
+        conn, child_conn = _CONTEXT.Pipe(duplex=True)
+        process = _CONTEXT.Process(
+            target=stub.auto_complete,
+            args=(child_conn, str(model_file), config.to_json()),
+            name=f"pb-autocomplete-{config.name}",
+            daemon=True,
+        )
+        process.start()
+        child_conn.close()
+        try:
+            if not conn.poll(AUTO_COMPLETE_TIMEOUT_S):
+                raise ConchError(
+                    ErrorCode.INTERNAL,
+                    f"auto_complete_config of '{config.name}' did not return within "
+                    f"{AUTO_COMPLETE_TIMEOUT_S:.0f} s",
+                )
+            try:
+                status, value = ipc.recv(conn)
+            except (EOFError, OSError):
+                process.join(5)
+                raise ConchError(
+                    ErrorCode.INTERNAL,
+                    f"auto_complete_config of '{config.name}': the model process "
+                    f"{_exit_text(process)}",
+                ) from None
+        finally:
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+            conn.close()
+        if status != "ok":
+            raise ConchError(
+                ErrorCode.INVALID_ARG, f"auto_complete_config of '{config.name}' failed: {value}"
+            )
+        return value
 
     def load(self, spec: LoadSpec) -> ModelInstance:
         if not spec.model_file.is_file():
@@ -85,6 +142,8 @@ class ModelProcess:
                 ErrorCode.INTERNAL, f"model instance '{self.name}' failed to initialize: {reply[1]}"
             )
         self.pid: int = reply[1]
+        # The model's custom metrics as of initialize (pb_utils.MetricFamily), if any.
+        self.custom_metrics: list[dict[str, Any]] | None = reply[2] if len(reply) > 2 else None
 
     def call(self, message: Any) -> Any:
         ipc_send(self.conn, message)
@@ -155,9 +214,12 @@ class PythonModelInstance(ModelInstance):
             "model_file": str(spec.model_file),
             "args": initialize_args(spec),
             "log_level": logging.getLogger().getEffectiveLevel(),
+            "log_format": os.environ.get("CONCH_LOG_FORMAT", "json"),
         }
         self.name = self._init["args"]["model_instance_name"]
         self._process: ModelProcess | None = ModelProcess(self._init, self.start_timeout_s)
+        self.custom_metrics = self._process.custom_metrics
+        INSTANCES.add(self)
 
     @property
     def pid(self) -> int | None:
@@ -173,7 +235,10 @@ class PythonModelInstance(ModelInstance):
         with self._lock:
             try:
                 process = self._process or self._start()
-                _, replies, infer_ns = process.call(("execute", payload))
+                level = logging.getLogger().getEffectiveLevel()
+                _, replies, infer_ns, families = process.call(("execute", payload, level))
+                if families is not None:
+                    self.custom_metrics = families
             except ConchError as exc:  # could not (re)start the process
                 return Execution([ModelResult(error=exc) for _ in requests])
             except ModelProcessDied as exc:
@@ -196,6 +261,7 @@ class PythonModelInstance(ModelInstance):
             raise ConchError(ErrorCode.UNAVAILABLE, f"model instance '{self.name}' is unloaded")
         self.restarts += 1
         self._process = ModelProcess(self._init, self.start_timeout_s)
+        self.custom_metrics = self._process.custom_metrics
         return self._process
 
     def _restart(self) -> None:
@@ -222,6 +288,7 @@ class PythonModelInstance(ModelInstance):
         return array
 
     def unload(self) -> None:
+        INSTANCES.discard(self)
         with self._lock:
             self._closed = True
             process, self._process = self._process, None

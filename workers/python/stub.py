@@ -42,25 +42,30 @@ def main(conn: Connection, init: dict[str, Any]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _exit_with_parent()
-    logging.basicConfig(
-        level=init.get("log_level", logging.INFO),
-        format=f"%(asctime)s %(levelname)s [{init['args']['model_instance_name']}] %(message)s",
-    )
+    _setup_logging(init)
     try:
         pb_utils, model = _load(init)
     except BaseException as exc:  # initialize failed: report it and exit
         ipc.send(conn, ("error", _describe(exc)))
         return
-    ipc.send(conn, ("ready", os.getpid()))
+    import pb_metrics  # beside pb_utils, importable once _load has set the path
+
+    seen, families = pb_metrics.snapshot(0)
+    ipc.send(conn, ("ready", os.getpid(), families))
     while True:
         try:
-            op, payload = ipc.recv(conn)
+            message = ipc.recv(conn)
         except (EOFError, OSError):
             return  # the worker is gone; nothing left to answer
+        op, payload = message[0], message[1]
         if op == "execute":
+            if len(message) > 2 and message[2] != logging.getLogger().level:
+                logging.getLogger().setLevel(message[2])  # the fleet's level changed
             t0 = time.perf_counter_ns()
             replies = _execute(pb_utils, model, init["args"]["model_name"], payload)
-            ipc.send(conn, ("results", replies, time.perf_counter_ns() - t0))
+            elapsed = time.perf_counter_ns() - t0
+            seen, families = pb_metrics.snapshot(seen)
+            ipc.send(conn, ("results", replies, elapsed, families))
         elif op == "finalize":
             error = None
             if hasattr(model, "finalize"):
@@ -70,6 +75,48 @@ def main(conn: Connection, init: dict[str, Any]) -> None:
                     error = _describe(exc)
             ipc.send(conn, ("finalized", error))
             return
+
+
+def _setup_logging(init: dict[str, Any]) -> None:
+    """The worker's log format, every line naming the model and the instance."""
+    from shared import logs
+
+    args = init["args"]
+    logs.setup(
+        "worker",
+        logging.getLevelName(init.get("log_level", logging.INFO)),
+        init.get("log_format", "json"),
+    )
+    model, instance = args["model_name"], args["model_instance_name"]
+
+    def tag(record: logging.LogRecord) -> bool:
+        record.model = model
+        record.instance = instance
+        return True
+
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(tag)
+
+
+def auto_complete(conn: Connection, model_file: str, config: dict[str, Any]) -> None:
+    """Entry point of a short-lived process: the model class's ``auto_complete_config`` on the
+    configuration; answers ("ok", completed JSON) or ("error", message)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent()
+    try:
+        pb_utils, module = _import_model(model_file)
+        method = getattr(module.TritonPythonModel, "auto_complete_config", None)
+        completed = pb_utils.ModelConfig(config)
+        if method is not None:
+            completed = _await(method(completed))
+            if not isinstance(completed, pb_utils.ModelConfig):
+                raise pb_utils.TritonModelException(
+                    "auto_complete_config returned "
+                    f"{type(completed).__name__}, expected pb_utils.ModelConfig"
+                )
+        ipc.send(conn, ("ok", completed.as_dict()))
+    except BaseException as exc:
+        ipc.send(conn, ("error", _describe(exc)))
 
 
 def _exit_with_parent() -> None:
@@ -84,24 +131,28 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _load(init: dict[str, Any]) -> tuple[ModuleType, Any]:
+def _import_model(model_file: str) -> tuple[ModuleType, ModuleType]:
+    """pb_utils and the model's module (which must define TritonPythonModel)."""
     if UTILS_DIR not in sys.path:
         sys.path.insert(0, UTILS_DIR)
-    version_dir = str(Path(init["model_file"]).parent)
+    version_dir = str(Path(model_file).parent)
     if version_dir not in sys.path:  # helper modules beside model.py import as in Triton
         sys.path.insert(1, version_dir)
     import triton_python_backend_utils as pb_utils
 
-    spec = importlib.util.spec_from_file_location("model", init["model_file"])
+    spec = importlib.util.spec_from_file_location("model", model_file)
     if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {init['model_file']}")
+        raise ImportError(f"cannot import {model_file}")
     module = importlib.util.module_from_spec(spec)
     sys.modules["model"] = module
     spec.loader.exec_module(module)
     if not hasattr(module, "TritonPythonModel"):
-        raise pb_utils.TritonModelException(
-            f"{init['model_file']} defines no class 'TritonPythonModel'"
-        )
+        raise pb_utils.TritonModelException(f"{model_file} defines no class 'TritonPythonModel'")
+    return pb_utils, module
+
+
+def _load(init: dict[str, Any]) -> tuple[ModuleType, Any]:
+    pb_utils, module = _import_model(init["model_file"])
     model = module.TritonPythonModel()
     if hasattr(model, "initialize"):
         _await(model.initialize(dict(init["args"])))

@@ -9,6 +9,9 @@ python_backend (``src/resources/triton_python_backend_utils.py`` and the pybind 
 the model process imports it under the top-level name; the worker never does, so there is one
 copy of every class (``isinstance`` checks on responses hold).
 
+``MetricFamily``/``Metric`` (custom metrics) and ``ModelConfig`` (``auto_complete_config``) live
+in the sibling modules ``pb_metrics`` and ``pb_model_config``.
+
 Not provided (they raise :class:`TritonModelException` saying so): BLS (``InferenceRequest.exec``),
 decoupled response senders, and model control (``load_model``/``unload_model``).
 """
@@ -22,6 +25,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from pb_metrics import Metric, MetricFamily  # noqa: F401 - part of the module's API
+from pb_model_config import ModelConfig  # noqa: F401 - part of the module's API
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -258,9 +263,21 @@ class InferenceResponse:
         return self._parameters
 
 
-class Logger:
-    """Log lines from the model, as ``pb_utils.Logger.log_info(msg)`` etc."""
+class LogLevel:
+    """``pb_utils.Logger.LogLevel``: the levels a model may log at."""
 
+    INFO = logging.INFO
+    WARNING = logging.WARNING
+    ERROR = logging.ERROR
+    VERBOSE = logging.DEBUG
+
+
+class Logger:
+    """Log lines from the model, as ``pb_utils.Logger.log_info(msg)`` etc.; they go to the
+    worker's log (structured, with the model and instance), at the fleet's log level
+    (``v2/logging``)."""
+
+    LogLevel = LogLevel
     INFO = logging.INFO
     WARNING = logging.WARNING
     ERROR = logging.ERROR

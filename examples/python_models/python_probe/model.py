@@ -8,6 +8,9 @@ Behaviour by input value (any element of INPUT0):
 Every response carries PID (the model process id), so clients can see which instance ran it.
 A request parameter ``rendezvous`` (a directory) makes execute wait until ``parties`` (default 2)
 executions are inside execute at the same time: proof that instances run concurrently.
+A request parameter ``probe_sleep_ms`` makes execute take that long (a request in flight to act
+on), and ``probe_add`` (an integer, as a number or a string: a forwarded header is a string) is
+added to OUTPUT0 (proof that a parameter reached the model).
 If CONCH_PROBE_FINALIZE_DIR is set, finalize() writes a file there (proof finalize ran).
 """
 
@@ -53,11 +56,12 @@ class TritonPythonModel:
             met = True
             if "rendezvous" in parameters:
                 met = rendezvous(parameters["rendezvous"], int(parameters.get("parties", 2)))
+            time.sleep(int(parameters.get("probe_sleep_ms", 0)) / 1000)
             pid = np.full(data.shape, os.getpid() if met else -os.getpid(), dtype=np.int64)
             responses.append(
                 pb_utils.InferenceResponse(
                     output_tensors=[
-                        pb_utils.Tensor("OUTPUT0", data * 2),
+                        pb_utils.Tensor("OUTPUT0", data * 2 + int(parameters.get("probe_add", 0))),
                         pb_utils.Tensor("PID", pid),
                     ]
                 )
