@@ -11,7 +11,6 @@ within ``--ready-timeout`` stops everything and exits non-zero with the first er
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import secrets
@@ -19,16 +18,16 @@ import signal
 import sys
 import time
 
-import redis
-
 from conch import cache_config, http_wait, port_plan
+from conch.load_errors import LoadErrors
 from conch.local_prometheus import LocalPrometheus
 from conch.mesh_ready import ModelFailed, wait_ready
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
+from conch.service_env import grpc_keepalive_env
 from conch.supervisor import ServiceSpec, StartupFailed, Supervisor
 from conch.worker_plan import plan_workers, visible_gpus
-from shared import clock, cpu_budget, gpu, keys, logs, repository
+from shared import clock, cpu_budget, gpu, logs, repository
 from shared.errors import ConchError
 from shared.model_config import ModelConfig
 
@@ -213,48 +212,6 @@ def up(args: argparse.Namespace) -> int:
             private.stop()
         if cache_redis is not None:
             cache_redis.stop()
-
-
-def grpc_keepalive_env(args: argparse.Namespace) -> dict[str, str]:
-    """Triton's gRPC keepalive flags as the gateway's settings."""
-    return {
-        "CONCH_GATEWAY_GRPC_KEEPALIVE_TIME_MS": str(args.grpc_keepalive_time),
-        "CONCH_GATEWAY_GRPC_KEEPALIVE_TIMEOUT_MS": str(args.grpc_keepalive_timeout),
-        "CONCH_GATEWAY_GRPC_KEEPALIVE_PERMIT_WITHOUT_CALLS": str(
-            args.grpc_keepalive_permit_without_calls
-        ).lower(),
-        "CONCH_GATEWAY_GRPC_HTTP2_MAX_PINGS_WITHOUT_DATA": str(
-            args.grpc_http2_max_pings_without_data
-        ),
-        "CONCH_GATEWAY_GRPC_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS": str(
-            args.grpc_http2_min_recv_ping_interval_without_data
-        ),
-        "CONCH_GATEWAY_GRPC_HTTP2_MAX_PING_STRIKES": str(args.grpc_http2_max_ping_strikes),
-    }
-
-
-class LoadErrors:
-    """The load failures the workers record (``shared.expected_models``), since ``conch up``
-    started: a model that failed to load stops it, as Triton's ``--exit-on-error`` does."""
-
-    def __init__(self, redis_url: str, since_ms: int):
-        self._since_ms = since_ms - 1000  # clock skew between processes of one machine
-        self._client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
-
-    def __call__(self) -> dict[str, str]:
-        try:
-            raw = self._client.hgetall(keys.load_errors())
-        except redis.RedisError:
-            return {}
-        found: dict[str, str] = {}
-        for name, payload in raw.items():
-            error = json.loads(payload)
-            if int(error.get("ms", 0)) >= self._since_ms:
-                found[name.decode()] = str(error.get("message", ""))
-        return found
-
-    def close(self) -> None:
-        self._client.close()
 
 
 def _restart_if_exited(private: PrivateRedis) -> None:
