@@ -63,6 +63,10 @@ class GatewayProcess:
         """gRPC is served by the service's first process only (see ``gateway.grpc_service``)."""
         return self.index == 0
 
+    def grpc_process_state(self) -> int:
+        """The state of the process that serves gRPC (this one's own, if it is that one)."""
+        return self.status.get(0) if self.status is not None else READY
+
     def set(self, value: int) -> None:
         if self.status is not None:
             self.status.set(self.index, value)

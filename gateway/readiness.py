@@ -26,9 +26,16 @@ _LISTED = 5  # models named in a not-ready answer before "and N more"
 
 
 class Readiness:
-    def __init__(self, table: ModelTable, strict: bool, process: GatewayProcess | None):
+    def __init__(
+        self,
+        table: ModelTable,
+        strict: bool,
+        process: GatewayProcess | None,
+        serves_grpc: bool = False,
+    ):
         self._table = table
         self.strict = strict
+        self._grpc = serves_grpc
         self._process = process
         self._accepting = False
         table.on_refresh(self._publish)
@@ -56,8 +63,13 @@ class Readiness:
         except Exception as exc:
             return f"the mesh's Redis is unreachable ({type(exc).__name__})"
         reason = self.own()
-        if reason is not None or not self.strict or self._process is None:
+        if reason is not None or self._process is None:
             return reason
+        if self._grpc and self._process.grpc_process_state() == STARTING:
+            # gRPC is the first process's: ready means both protocols answer.
+            return "the gateway's gRPC endpoint is not serving yet"
+        if not self.strict:
+            return None
         if NOT_READY in self._process.siblings():
             return "another process of this gateway service is not ready yet"
         return None

@@ -47,7 +47,9 @@ class GatewayState:
         )
         refresh_s = settings.refresh_interval_ms / 1000
         self.table = ModelTable(self.redis, refresh_s)
-        self.readiness = Readiness(self.table, settings.strict_readiness, process)
+        self.readiness = Readiness(
+            self.table, settings.strict_readiness, process, serves_grpc=bool(settings.grpc_port)
+        )
         self.replies = ReplyRouter(settings.redis_url, self.id)
         self.tenants = TenantTable(self.redis, refresh_s, settings.allow_anonymous)
         self.traffic = TrafficTable(self.redis)
