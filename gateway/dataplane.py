@@ -23,13 +23,15 @@ from gateway.http_codec import ParsedRequest
 from gateway.model_table import ModelTable
 from gateway.queue_ticket import queue_ticket
 from gateway.replies import ReplyRouter
+from gateway.sequence_admission import SequenceAdmission, check_request
 from gateway.validation import ValidRequest, validate
 from gateway.version_router import VersionRouter
-from shared import envelope, keys, metrics, tracing
+from shared import envelope, keys, metrics, sequence_params, tracing
 from shared.envelope import InferRequest, Reply, RequestHeader
 from shared.errors import ConchError, ErrorCode, unavailable
 from shared.ids import new_id
 from shared.logs import request_id_var
+from shared.sequence_config import sequence_spec
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,7 @@ class DataPlane:
         default_timeout_ms: int,
         admission: Admission,
         versions: VersionRouter,
+        sequence_dead_after_ms: int = 7_000,
     ):
         self._redis = r
         self.admission = admission
@@ -74,6 +77,7 @@ class DataPlane:
         self.replies = replies
         self._default_timeout_ms = default_timeout_ms
         self._enqueue = CoalescedScript(r, ENQUEUE_LUA)
+        self._sequences = SequenceAdmission(r, sequence_dead_after_ms)
         self._shadow_tasks: set[asyncio.Task[None]] = set()
 
     async def stop(self) -> None:
@@ -102,12 +106,19 @@ class DataPlane:
                 _REASONS.get(exc.code, exc.code.lower()),
             )
             raise
-        number = self.versions.route(model, version, caller.route_key)
+        sequence = sequence_params.parse(parsed.parameters)
+        spec = sequence_spec(config)
+        # A sequence's steps stay on one version while the weights stand (sticky by its id).
+        route_key = caller.route_key or (sequence.key if spec and sequence.in_sequence else None)
+        number = self.versions.route(model, version, route_key)
         valid = validate(config, parsed)
         ticket = queue_ticket(config, parsed.parameters, tenant.priority if tenant else 0)
-        shadow = self.versions.shadow(model, version, number)
-        if shadow is not None:
-            self._send_shadow(model, shadow, number, parsed, tenant)
+        if spec is not None:
+            check_request(config, spec, sequence, valid, parsed.id)
+        else:  # a copy of a sequence's step would start a sequence of its own elsewhere
+            shadow = self.versions.shadow(model, version, number)
+            if shadow is not None:
+                self._send_shadow(model, shadow, number, parsed, tenant)
         request_id = new_id()
         request_id_var.set(parsed.id or request_id)
         started, code = received or time.perf_counter(), ErrorCode.CANCELLED.value
@@ -143,18 +154,30 @@ class DataPlane:
         )
         future = self.replies.expect(request_id)
         try:
-            admitted = await self._enqueue(
-                keys=[
-                    keys.ready(model, number),
-                    keys.request_stream(model, number, ticket.priority),
-                ],
-                args=[
-                    now,
-                    ticket.max_queue_size,
-                    envelope.encode(header),
+            if spec is not None:  # the sequence's own queue, in arrival order (no scheduler)
+                admitted = await self._sequences.admit(
+                    config,
+                    number,
+                    spec,
+                    sequence,
+                    request_id,
                     envelope.encode(payload),
-                ],
-            )
+                    now,
+                    deadline,
+                )
+            else:
+                admitted = await self._enqueue(
+                    keys=[
+                        keys.ready(model, number),
+                        keys.request_stream(model, number, ticket.priority),
+                    ],
+                    args=[
+                        now,
+                        ticket.max_queue_size,
+                        envelope.encode(header),
+                        envelope.encode(payload),
+                    ],
+                )
             if admitted < 0:
                 metrics.record_rejected(
                     tenant.name if tenant else None, model, _ADMISSION[admitted]

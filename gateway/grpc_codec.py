@@ -12,7 +12,7 @@ from typing import Any
 from tritonclient.grpc import service_pb2
 
 from gateway.http_codec import ParsedRequest, RequestedOutput, check_binary
-from shared import datatypes, tensors
+from shared import datatypes, sequence_params, tensors
 from shared.envelope import Tensor
 from shared.errors import invalid
 
@@ -69,8 +69,25 @@ def parse_grpc_request(request: service_pb2.ModelInferRequest) -> ParsedRequest:
             data = tensors.json_to_bytes(values, datatype, shape, name)
         inputs.append(Tensor(name, datatype, shape, data))
     parameters = {k: parameter_value(v) for k, v in request.parameters.items()}
+    if (
+        "sequence_id" in parameters
+        or "sequence_start" in parameters
+        or "sequence_end" in parameters
+    ):
+        _sequence_parameters(request.parameters, parameters)
     outputs = [RequestedOutput(o.name, True) for o in request.outputs]
     return ParsedRequest(request.id, inputs, outputs, parameters, binary_default=True)
+
+
+def _sequence_parameters(given: Any, parameters: dict[str, Any]) -> None:
+    """Triton's gRPC rules: the id an ``int64_param`` (read as Triton's uint64) or a
+    ``string_param``, start and end ``bool_param``s."""
+    for name in sequence_params.GRPC_CHOICES:
+        if name in parameters:
+            sequence_params.check_grpc_choice(name, given[name].WhichOneof("parameter_choice"))
+    seq_id = parameters.get("sequence_id")
+    if isinstance(seq_id, int) and seq_id < 0:
+        parameters["sequence_id"] = seq_id + 2**64
 
 
 def encode_grpc_response(

@@ -13,4 +13,6 @@ EXTENSIONS = [
     "statistics",
     "model_repository",
     "model_repository(unload_dependents)",
+    "sequence",
+    "sequence(string_id)",
 ]

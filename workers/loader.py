@@ -10,6 +10,7 @@ from shared import gpu
 from shared.errors import ConchError, ErrorCode
 from shared.repository import RepositoryModel
 from workers.backend import Backend, LoadSpec, ModelInstance
+from workers.sequence.support import check_sequence_support
 from workers.warmup import warmup_batches
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ def load_version(backend: Backend, model: RepositoryModel, version: int) -> Load
     started = time.monotonic()
     loaded = LoadedVersion(model, version)
     config = model.config
+    check_sequence_support(config, model.path)
     try:
         for group in config.instance_groups:
             for index in range(group.count):

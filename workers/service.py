@@ -17,15 +17,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 from shared import heartbeats, metrics, readiness, redis_conn, repository
 from shared.health_http import HealthServer
-from workers.backend import Backend
+from shared.streams import Entry
+from workers.backend import Backend, ModelInstance
 from workers.backend_table import load_backend
 from workers.batch import BatchProcessor
 from workers.batch_loop import BatchLoop
 from workers.control import ModelControl
 from workers.heartbeat import heartbeat_loop
 from workers.loaded_metrics import LoadedVersionMetrics
-from workers.loader import unload_instances
+from workers.loader import LoadedVersion, unload_instances
 from workers.reclaim import reclaim_loop
+from workers.sequence.adoption import adoption_loop
+from workers.sequence.serving import SequenceServing
 from workers.settings import WorkerSettings
 from workers.startup import load_at_startup
 from workers.version_host import VersionHost
@@ -45,7 +48,19 @@ class WorkerService:
         self._stopping = asyncio.Event()
         self._batches = BatchProcessor(self.redis, settings, self.id)
         loop = BatchLoop(self.redis, settings, self.id, self._stopping, self._batches)
-        self.versions = VersionHost(self.redis, settings, self.backend, self.id, loop.serve)
+        sequences = SequenceServing(
+            self.redis, settings, self.id, self._stopping, lambda: self._batches.executor
+        )
+
+        async def serve(
+            loaded: LoadedVersion, instance: ModelInstance, reclaimed: asyncio.Queue[Entry]
+        ) -> None:
+            if loaded.model.config.sequence_batching is not None:  # the instance holds sequences
+                await sequences.serve(loaded, instance)
+            else:
+                await loop.serve(loaded, instance, reclaimed)
+
+        self.versions = VersionHost(self.redis, settings, self.backend, self.id, serve)
         self.control = ModelControl(self.versions)
 
     async def run(self) -> None:
@@ -68,6 +83,7 @@ class WorkerService:
                 asyncio.create_task(metrics.redis_rtt_probe(self.redis, "worker"), name="rtt"),
                 asyncio.create_task(heartbeat_loop(versions, self._stopping), name="heartbeat"),
                 asyncio.create_task(reclaim_loop(versions, self._stopping), name="reclaim"),
+                asyncio.create_task(adoption_loop(versions, self._stopping), name="adoption"),
                 asyncio.create_task(self.control.run(), name="model-control"),
             ]
             self.ready.set()

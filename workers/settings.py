@@ -24,3 +24,8 @@ class WorkerSettings(Settings, kw_only=True):
     # Seconds between marking a version draining (gateways stop routing requests without a
     # version to it; they re-read every 250 ms) and no longer taking requests that name it.
     drain_route_delay_s: float = 0.75
+    # Sequences (stateful models): a holder whose readiness expired longer ago than this is
+    # dead and its sequences are adopted by a live instance (a late heartbeat is not a death).
+    sequence_dead_after_ms: int = 7_000
+    # How often a holder releases idle sequences and re-reads the sequences it holds.
+    sequence_reconcile_ms: int = 500

@@ -55,6 +55,10 @@ from shared.metrics.families import (
     REJECTED_REQUESTS,
     REQUEST_DURATION_US,
     REQUEST_SECONDS,
+    SEQUENCE_BACKLOG,
+    SEQUENCE_EVENTS,
+    SEQUENCE_SLOTS,
+    SEQUENCES_ACTIVE,
     SUCCESS,
     WORKER_INSTANCES,
 )
@@ -68,6 +72,7 @@ from shared.metrics.recording import (
     record_heartbeat,
     record_rejected,
     record_request,
+    record_sequence_event,
 )
 from shared.metrics.redis_rtt import redis_rtt_probe
 from shared.metrics.triton_counter import MODEL, TRITON_COUNTERS, TritonCounter
@@ -107,6 +112,10 @@ __all__ = [
     "REJECTED_REQUESTS",
     "REQUEST_DURATION_US",
     "REQUEST_SECONDS",
+    "SEQUENCES_ACTIVE",
+    "SEQUENCE_BACKLOG",
+    "SEQUENCE_EVENTS",
+    "SEQUENCE_SLOTS",
     "SUCCESS",
     "TRITON_COUNTERS",
     "WORKER_INSTANCES",
@@ -123,5 +132,6 @@ __all__ = [
     "record_heartbeat",
     "record_rejected",
     "record_request",
+    "record_sequence_event",
     "redis_rtt_probe",
 ]

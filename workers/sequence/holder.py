@@ -1,0 +1,349 @@
+"""The serving loop of one execution instance of a sequence model: it runs the steps of the
+sequences bound to it, one step per sequence at a time, in arrival order.
+
+The admission script queues each step on its sequence's list and rings the holder's doorbell
+(``shared.keys.sequence_bell``). A bell reader marks sequences to look at; the loop reads their
+head steps, lets the pure policy (``workers.sequence.policy``) choose the next execution, runs it
+(``workers.sequence.execution``), then publishes the replies and commits each step with its
+state in one round trip (``workers.sequence.store``). The commit answers with each sequence's
+next head, so a busy sequence costs no extra read. States of held sequences are cached here;
+a sequence that arrives from another holder (adoption) starts from the state committed in Redis.
+Every ``reconcile`` interval the loop releases idle sequences, re-reads what it holds (a lost
+bell costs a delay, never a step) and publishes its occupancy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+import redis.asyncio as aioredis
+
+from shared import metrics, redis_conn, sequence_params
+from shared.sequence_config import SequenceSpec
+from shared.sequence_params import FLAG_START
+from workers.backend import ModelInstance
+from workers.loader import LoadedVersion
+from workers.sequence import occupancy
+from workers.sequence import state as state_codec
+from workers.sequence.execution import Outcome, State, Step, StepRunner
+from workers.sequence.policy import plan_direct, plan_oldest
+from workers.sequence.store import (
+    ALREADY,
+    COMMITTED,
+    NOT_HOLDER,
+    OUT_OF_ORDER,
+    RELEASED,
+    Head,
+    SequenceStore,
+)
+from workers.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+# Binding and queue keys outlive the idle timeout by this much (see gateway admission).
+TTL_MARGIN_MS = 600_000
+
+
+class SequenceHolder:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: WorkerSettings,
+        worker_id: str,
+        loaded: LoadedVersion,
+        instance: ModelInstance,
+        index: int,
+        spec: SequenceSpec,
+        executor: Callable[[], Executor | None],
+    ):
+        config = loaded.model.config
+        self.settings = settings
+        self.spec = spec
+        self.model, self.version = config.name, loaded.version
+        self.id = f"{worker_id}#{index}"
+        self.store = SequenceStore(redis, config.name, loaded.version, self.id)
+        self.idle_ms = max(1, spec.idle_us // 1000)
+        self.ttl_ms = self.idle_ms + TTL_MARGIN_MS
+        self.initial: State = {
+            s.input_name: state_codec.initial_state(s, spec.batched, loaded.model.path)
+            for s in spec.states
+        }
+        self.runner = StepRunner(config, loaded.version, spec, instance, self.initial, worker_id)
+        self._executor = executor
+        self.heads: dict[str, Head] = {}
+        self.known: dict[str, int] = {}  # highest step seen per sequence
+        self.dirty: dict[str, int] = {}  # sequences to read: bell step (0: look anyway)
+        self.cache: dict[str, tuple[int, State]] = {}  # last committed step and its state
+        self.positions: dict[str, int] = {}  # direct strategy: each sequence's batch slot
+        self.wake = asyncio.Event()
+        self.held_count = 0
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    async def serve(self, stopping: asyncio.Event) -> None:
+        await self.store.register(self.spec.slots)
+        bells = asyncio.create_task(self._read_bells(), name=f"bells-{self.id}")
+        interval_s = self.settings.sequence_reconcile_ms / 1000
+        next_reconcile = 0.0
+        try:
+            while not stopping.is_set():
+                self.wake.clear()
+                wait_s = interval_s
+                try:
+                    if time.monotonic() >= next_reconcile:
+                        await self.reconcile()
+                        next_reconcile = time.monotonic() + interval_s
+                    await self._read_dirty()
+                    ran, wake_at_us = await self._step()
+                    if ran:
+                        continue
+                    if wake_at_us is not None:
+                        wait_s = max(0.0, min(wait_s, wake_at_us / 1e6 - time.time()))
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("sequence step failed", extra={"model": self.model})
+                    wait_s = 0.2
+                wait_s = min(wait_s, max(0.0, next_reconcile - time.monotonic()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), wait_s)
+        finally:
+            bells.cancel()
+            await asyncio.gather(bells, return_exceptions=True)
+            occupancy.forget(self.model, self.version, self.id)
+
+    async def hand_over(self) -> None:
+        """A clean stop: the sequences held here go to live instances now, not after the dead
+        bound (their queued steps and committed states go with them)."""
+        try:
+            _, adopted, released, backlogged = await self.store.adopt(
+                self.id, _now_ms(), 0, self.idle_ms, force=True
+            )
+        except Exception:
+            log.exception("could not hand over the held sequences", extra={"model": self.model})
+            return
+        log.info(
+            "held sequences handed over",
+            extra={
+                "model": self.model,
+                "adopted": adopted,
+                "released": released,
+                "backlogged": backlogged,
+            },
+        )
+        metrics.record_sequence_event(self.model, self.version, "idle_released", released)
+
+    async def _read_bells(self) -> None:
+        client: aioredis.Redis = redis_conn.dedicated(
+            self.settings.redis_url, name="conch-worker-bells"
+        )
+        last = b"0"
+        try:
+            while True:
+                try:
+                    reply = await client.xread({self.store.bell_key: last}, count=1000, block=1000)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.warning("doorbell read failed; retrying", extra={"model": self.model})
+                    await asyncio.sleep(0.2)
+                    continue
+                for _stream, entries in reply or []:
+                    for entry_id, fields in entries:
+                        last = entry_id
+                        sequence = fields[b"s"].decode()
+                        step = int(fields.get(b"n", 0))
+                        if step == 0 or step > self.known.get(sequence, 0):
+                            self.dirty[sequence] = max(self.dirty.get(sequence, 0), step)
+                    self.wake.set()
+        finally:
+            await client.aclose()
+
+    async def _read_dirty(self) -> None:
+        wanted = [s for s in self.dirty if s not in self.heads]
+        if not wanted:
+            return
+        found = await self.store.heads(wanted)
+        for sequence in wanted:
+            if sequence not in found:
+                self.forget(sequence)  # another instance holds it now, or it is gone
+                continue
+            head = found[sequence]
+            if head is None:
+                self.dirty.pop(sequence, None)
+            else:
+                self._set_head(head)
+
+    def _set_head(self, head: Head) -> None:
+        self.heads[head.sequence] = head
+        self.known[head.sequence] = max(self.known.get(head.sequence, 0), head.step)
+        pending = self.dirty.get(head.sequence)
+        if pending is not None and pending <= head.step:
+            self.dirty.pop(head.sequence, None)
+
+    def forget(self, sequence: str) -> None:
+        for table in (self.heads, self.known, self.dirty, self.cache, self.positions):
+            table.pop(sequence, None)
+
+    # --- one execution -----------------------------------------------------------------------
+
+    async def _step(self) -> tuple[bool, float | None]:
+        """Run one execution if the policy says so; (ran, when to decide again)."""
+        if not self.heads:
+            return False, None
+        now_us = time.time() * 1e6
+        if self.spec.strategy == "direct":
+            ready = {self._position(s): (s, h) for s, h in self.heads.items()}
+            ready = {p: item for p, item in ready.items() if p < self.spec.max_batch}
+            plan = plan_direct(ready, now_us, self.spec)
+            if not plan.slots:
+                return False, plan.wake_at_us
+            chosen: list[Head | None] = [self.heads[s] if s else None for s in plan.slots]
+        else:
+            ordered = sorted(self.heads.values(), key=lambda h: (h.arrival_us, h.sequence))
+            oldest = plan_oldest(ordered, now_us, self.spec)
+            if not oldest.take:
+                return False, oldest.wake_at_us
+            chosen = list(ordered[: oldest.take])
+        states = await self._states([h for h in chosen if h is not None])
+        positions = [
+            Step(h, states[h.sequence]) if h is not None and h.sequence in states else None
+            for h in chosen
+        ]
+        if not any(positions):
+            return True, None
+        outcome = await self.runner.run(positions, self._executor())
+        await self._commit(outcome)
+        return True, None
+
+    async def _states(self, heads: list[Head]) -> dict[str, State]:
+        """The state each head starts from: initial on START, else the one committed before."""
+        out: dict[str, State] = {}
+        missing: list[Head] = []
+        for head in heads:
+            flags = sequence_params.lenient(head.request.parameters).flags
+            cached = self.cache.get(head.sequence)
+            if flags & FLAG_START:
+                out[head.sequence] = {k: v.copy() for k, v in self.initial.items()}
+            elif not self.spec.states or (cached is not None and cached[0] == head.step - 1):
+                out[head.sequence] = cached[1] if cached else {}
+            else:
+                missing.append(head)
+        if not missing:
+            return out
+        found = await self.store.states([h.sequence for h in missing])
+        for head in missing:
+            holder, committed, fields = found[head.sequence]
+            if holder != self.id:
+                self.forget(head.sequence)
+            elif committed != head.step - 1:
+                log.warning(
+                    "sequence head is not the step after the committed one; reading it again",
+                    extra={"model": self.model, "step": head.step, "committed": committed},
+                )
+                self.heads.pop(head.sequence, None)
+                self.dirty[head.sequence] = 0
+            else:
+                out[head.sequence] = self._decode(fields)
+        return out
+
+    def _decode(self, fields: dict[bytes, bytes]) -> State:
+        state: State = {}
+        for spec in self.spec.states:
+            data = fields.get(f"st:{spec.input_name}".encode())
+            shape = fields.get(f"sh:{spec.input_name}".encode())
+            if data is None or shape is None:
+                state[spec.input_name] = self.initial[spec.input_name].copy()
+            else:
+                state[spec.input_name] = state_codec.decode(spec, data, shape.decode())
+        return state
+
+    async def _commit(self, outcome: Outcome) -> None:
+        """Publish, then commit; retried until Redis takes it (the step stays unacknowledged)."""
+        delay = 0.05
+        while True:
+            try:
+                results, _pulled = await self.store.publish_and_commit(
+                    outcome.replies,
+                    outcome.commits,
+                    outcome.stats,
+                    _now_ms(),
+                    self.idle_ms,
+                    self.ttl_ms,
+                    self.spec.slots,
+                )
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("sequence commit failed; retrying", extra={"model": self.model})
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
+        committed = 0
+        for commit, result in zip(outcome.commits, results, strict=True):
+            sequence, step = commit.head.sequence, commit.head.step
+            self.heads.pop(sequence, None)
+            if result.code in (RELEASED, NOT_HOLDER):
+                self.forget(sequence)
+                event = "ended" if result.code == RELEASED else "commit_refused"
+                metrics.record_sequence_event(self.model, self.version, event)
+                committed += result.code == RELEASED
+                continue
+            if result.code == COMMITTED:
+                self.cache[sequence] = (step, outcome.states[sequence])
+                committed += 1
+            elif result.code in (ALREADY, OUT_OF_ORDER):
+                self.cache.pop(sequence, None)
+            self.known[sequence] = max(self.known.get(sequence, 0), step)
+            if result.following is not None:
+                self._set_head(result.following)
+        metrics.record_sequence_event(self.model, self.version, "state_committed", committed)
+        if committed:
+            metrics.record_batch(self.model, self.version, outcome.stats)
+
+    def _position(self, sequence: str) -> int:
+        """The sequence's batch slot (direct strategy): the lowest free one, kept while held."""
+        position = self.positions.get(sequence)
+        if position is not None and position < self.spec.max_batch:
+            return position
+        used = set(self.positions.values())
+        free = next((p for p in range(self.spec.max_batch) if p not in used), None)
+        if free is None:  # more held than slots (a release not yet seen): wait for one
+            free = self.spec.max_batch + len(self.positions)
+        self.positions[sequence] = free
+        return free
+
+    # --- periodic ----------------------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        """Release idle sequences, re-read what is held here, publish the occupancy."""
+        await self.store.register(self.spec.slots)
+        released, stale = await self.store.release_idle(_now_ms(), self.idle_ms, self.spec.slots)
+        for sequence in (*released, *stale):
+            self.forget(sequence)
+        metrics.record_sequence_event(self.model, self.version, "idle_released", len(released))
+        held = set(await self.store.held())
+        for sequence in held:
+            if sequence not in self.heads:
+                self.dirty[sequence] = max(self.dirty.get(sequence, 0), 0)
+        for sequence in list(self.cache) + list(self.positions):
+            if sequence not in held and sequence not in self.heads:
+                self.forget(sequence)
+        self.held_count = len(held)
+        occupancy.update(
+            self.model,
+            self.version,
+            self.id,
+            len(held),
+            self.spec.slots,
+            await self.store.backlog(),
+        )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
