@@ -56,10 +56,10 @@ if not start and (holder == false or redis.call('HGET', b, 'open') == '0') then
 end
 if holder == false then
   redis.call('HSET', b, 'admitted', 0, 'committed', 0)
-  holder = bind(seq, choose(ready, nil), idle, 1)
+  holder = bind(seq, choose(ready, nil), idle, 1, true)
 elseif holder ~= '' and not live(ready, holder, tonumber(ARGV[9])) then
   redis.call('ZREM', P .. 'held:' .. holder, seq)
-  holder = bind(seq, choose(ready, holder), idle, 0)
+  holder = bind(seq, choose(ready, holder), idle, 0, true)
   adopted = 1
 end
 local step = redis.call('HINCRBY', b, 'admitted', 1)

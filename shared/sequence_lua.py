@@ -44,8 +44,9 @@ local function choose(ready, exclude)
   return best
 end
 
--- Bind to an instance (or to the backlog when inst is nil) and ring the holder's doorbell.
-local function bind(seq, inst, idle, step)
+-- Bind to an instance (or to the backlog when inst is nil); ring the holder's doorbell unless
+-- the caller rings it itself.
+local function bind(seq, inst, idle, step, quiet)
   local b = P .. 's:' .. seq
   if inst == nil then
     redis.call('HSET', b, 'holder', '')
@@ -55,7 +56,9 @@ local function bind(seq, inst, idle, step)
   redis.call('HSET', b, 'holder', inst)
   redis.call('ZREM', P .. 'backlog', seq)
   redis.call('ZADD', P .. 'held:' .. inst, NOW + idle, seq)
-  redis.call('XADD', P .. 'bell:' .. inst, 'MAXLEN', '~', 1000, '*', 's', seq, 'n', step)
+  if not quiet then
+    redis.call('XADD', P .. 'bell:' .. inst, 'MAXLEN', '~', 1000, '*', 's', seq, 'n', step)
+  end
   return inst
 end
 
