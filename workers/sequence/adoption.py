@@ -66,6 +66,8 @@ async def adopt_dead(
         moved += adopted + backlogged
         metrics.record_sequence_event(model, version, "adopted", adopted + backlogged)
         metrics.record_sequence_event(model, version, "idle_released", released)
+        if not adopted + released + backlogged:
+            continue
         log.warning(
             "adopted the sequences of a dead holder",
             extra={

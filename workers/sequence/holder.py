@@ -82,6 +82,7 @@ class SequenceHolder:
         self.positions: dict[str, int] = {}  # direct strategy: each sequence's batch slot
         self.wake = asyncio.Event()
         self.held_count = 0
+        self.backlog = 0
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -97,7 +98,9 @@ class SequenceHolder:
                 try:
                     if time.monotonic() >= next_reconcile:
                         await self.reconcile()
-                        next_reconcile = time.monotonic() + interval_s
+                        # An instance holding nothing, with nobody waiting, looks less often.
+                        quiet = not self.held_count and not self.backlog and not self.heads
+                        next_reconcile = time.monotonic() + interval_s * (4 if quiet else 1)
                     await self._read_dirty()
                     ran, wake_at_us = await self._step()
                     if ran:
@@ -322,27 +325,21 @@ class SequenceHolder:
 
     async def reconcile(self) -> None:
         """Release idle sequences, re-read what is held here, publish the occupancy."""
-        await self.store.register(self.spec.slots)
-        released, stale = await self.store.release_idle(_now_ms(), self.idle_ms, self.spec.slots)
+        released, stale, held_list, backlog = await self.store.reconcile(
+            _now_ms(), self.idle_ms, self.spec.slots
+        )
         for sequence in (*released, *stale):
             self.forget(sequence)
         metrics.record_sequence_event(self.model, self.version, "idle_released", len(released))
-        held = set(await self.store.held())
+        held = set(held_list)
         for sequence in held:
             if sequence not in self.heads:
                 self.dirty[sequence] = max(self.dirty.get(sequence, 0), 0)
         for sequence in list(self.cache) + list(self.positions):
             if sequence not in held and sequence not in self.heads:
                 self.forget(sequence)
-        self.held_count = len(held)
-        occupancy.update(
-            self.model,
-            self.version,
-            self.id,
-            len(held),
-            self.spec.slots,
-            await self.store.backlog(),
-        )
+        self.held_count, self.backlog = len(held), backlog
+        occupancy.update(self.model, self.version, self.id, len(held), self.spec.slots, backlog)
 
 
 def _now_ms() -> int:

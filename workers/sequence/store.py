@@ -139,22 +139,35 @@ class SequenceStore:
         ]
         return parsed, int(out[-1])
 
+    async def reconcile(
+        self, now_ms: int, idle_ms: int, slots: int
+    ) -> tuple[list[str], list[str], list[str], int]:
+        """One round trip: register the slots, release idle sequences (forgetting entries that
+        moved elsewhere, filling freed slots from the backlog), read what is held and the
+        backlog. Returns (released, stale, held, backlog length)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hset(keys.sequence_slots(self.model, self.version), self.instance, slots)
+            await self._release(
+                keys=[self.held_key],
+                args=[self.prefix, now_ms, self.instance, idle_ms, slots],
+                client=pipe,
+            )
+            pipe.zrange(self.held_key, 0, -1)
+            pipe.zcard(keys.sequence_backlog(self.model, self.version))
+            _, out, held, backlog = await pipe.execute()
+        names = [item.decode() for item in out]
+        cut = names.index("")
+        return names[:cut], names[cut + 1 :], [s.decode() for s in held], int(backlog)
+
     async def release_idle(
         self, now_ms: int, idle_ms: int, slots: int
     ) -> tuple[list[str], list[str]]:
         """(sequences released for idling, sequences found held by another instance)."""
-        out = await self._release(
-            keys=[self.held_key], args=[self.prefix, now_ms, self.instance, idle_ms, slots]
-        )
-        names = [item.decode() for item in out]
-        cut = names.index("")
-        return names[:cut], names[cut + 1 :]
+        released, stale, _, _ = await self.reconcile(now_ms, idle_ms, slots)
+        return released, stale
 
     async def held(self) -> list[str]:
         return [s.decode() for s in await self._redis.zrange(self.held_key, 0, -1)]
-
-    async def backlog(self) -> int:
-        return int(await self._redis.zcard(keys.sequence_backlog(self.model, self.version)))
 
     async def adopt(
         self, instance: str, now_ms: int, dead_before_ms: int, idle_ms: int, force: bool = False
