@@ -68,7 +68,6 @@ class DataPlane:
         default_timeout_ms: int,
         admission: Admission,
         versions: VersionRouter,
-        sequence_dead_after_ms: int = 7_000,
     ):
         self._redis = r
         self.admission = admission
@@ -77,7 +76,7 @@ class DataPlane:
         self.replies = replies
         self._default_timeout_ms = default_timeout_ms
         self._enqueue = CoalescedScript(r, ENQUEUE_LUA)
-        self._sequences = SequenceAdmission(r, sequence_dead_after_ms)
+        self._sequences = SequenceAdmission(r)
         self._shadow_tasks: set[asyncio.Task[None]] = set()
 
     async def stop(self) -> None:

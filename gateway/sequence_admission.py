@@ -6,9 +6,10 @@ decided here, once, by the script (Redis runs scripts one at a time), so request
 any gateway replica execute in arrival order on the one instance that holds the sequence. The
 script also does what Triton's sequence batcher does at enqueue: a step without START for an
 unknown, ended or idle-released sequence is refused; START places a new sequence on the live
-instance with the most free slots (or the backlog when all are taken); a holder whose heartbeat
-is gone past the dead bound loses the sequence to a live instance (its queued steps and
-committed state move with the binding, so nothing is lost or applied twice).
+instance with the most free slots (or the backlog when all are taken). A step of a sequence
+whose holder died is queued all the same: the workers' adoption moves the sequence, with its
+queued steps and committed state, once the holder is dead past the dead bound
+(``workers/sequence/adoption.py``), so a late heartbeat never splits a sequence.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from shared.sequence_params import SequenceParams
 TTL_MARGIN_MS = 600_000
 
 # KEYS: ready zset, binding, queue, dedupe key.
-# ARGV: P, NOW, idle ms, ttl ms, start, end, sequence, payload, dead-before ms, dedupe ttl ms.
-# Returns {code, idle released, adopted, backlogged}; code 1 queued, 2 duplicate of an admitted
-# request, -1 no live worker, -3 no START for a sequence unknown, ended or idle-released.
+# ARGV: P, NOW, idle ms, ttl ms, start, end, sequence, payload, dedupe ttl ms.
+# Returns {code, idle released, backlogged}; code 1 queued, 2 duplicate of an admitted request,
+# -1 no live worker, -3 no START for a sequence unknown, ended or idle-released.
 ADMIT_LUA = (
     "local P, NOW = ARGV[1], tonumber(ARGV[2])\n"
     + LIBRARY
@@ -40,27 +41,23 @@ ADMIT_LUA = (
 local ready, b, q = KEYS[1], KEYS[2], KEYS[3]
 local idle, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local start, finish, seq = ARGV[5] == '1', ARGV[6] == '1', ARGV[7]
-if redis.call('ZCOUNT', ready, NOW, '+inf') == 0 then return {-1, 0, 0, 0} end
-if redis.call('SET', KEYS[4], '1', 'NX', 'PX', tonumber(ARGV[10])) == false then
-  return {2, 0, 0, 0}
+if redis.call('ZCOUNT', ready, NOW, '+inf') == 0 then return {-1, 0, 0} end
+if redis.call('SET', KEYS[4], '1', 'NX', 'PX', tonumber(ARGV[9])) == false then
+  return {2, 0, 0}
 end
 local holder = redis.call('HGET', b, 'holder')
-local released, adopted = 0, 0
+local released = 0
 if holder ~= false and idle_now(seq, idle) then
   release(seq, holder)
   holder, released = false, 1
 end
 if not start and (holder == false or redis.call('HGET', b, 'open') == '0') then
   redis.call('DEL', KEYS[4])
-  return {-3, released, 0, 0}
+  return {-3, released, 0}
 end
 if holder == false then
   redis.call('HSET', b, 'admitted', 0, 'committed', 0)
   holder = bind(seq, choose(ready, nil), idle, 1, true)
-elseif holder ~= '' and not live(ready, holder, tonumber(ARGV[9])) then
-  redis.call('ZREM', P .. 'held:' .. holder, seq)
-  holder = bind(seq, choose(ready, holder), idle, 0, true)
-  adopted = 1
 end
 local step = redis.call('HINCRBY', b, 'admitted', 1)
 redis.call('RPUSH', q, step .. ':' .. ARGV[8])
@@ -71,7 +68,7 @@ if holder ~= '' then
   redis.call('ZADD', P .. 'held:' .. holder, NOW + idle, seq)
   redis.call('XADD', P .. 'bell:' .. holder, 'MAXLEN', '~', 1000, '*', 's', seq, 'n', step)
 end
-return {1, released, adopted, holder == '' and 1 or 0}
+return {1, released, holder == '' and 1 or 0}
 """
 )
 
@@ -112,10 +109,8 @@ def no_start(config: ModelConfig, params: SequenceParams) -> ConchError:
 
 
 class SequenceAdmission:
-    def __init__(self, r: aioredis.Redis, dead_after_ms: int):
+    def __init__(self, r: aioredis.Redis):
         self._script = CoalescedScript(r, ADMIT_LUA, convert=list)
-        # A holder whose readiness expired longer ago than this is dead: its sequences move.
-        self._dead_after_ms = dead_after_ms
 
     async def admit(
         self,
@@ -147,13 +142,11 @@ class SequenceAdmission:
                 int(params.end),
                 params.key,
                 payload,
-                now_ms - self._dead_after_ms,
                 max(1, deadline_ms - now_ms),
             ],
         )
-        code, released, adopted, backlogged = (int(x) for x in result)
+        code, released, backlogged = (int(x) for x in result)
         metrics.record_sequence_event(model, version, "idle_released", released)
-        metrics.record_sequence_event(model, version, "adopted", adopted)
         if code == 1 and params.start:
             metrics.record_sequence_event(model, version, "started")
             metrics.record_sequence_event(model, version, "backlogged", backlogged)

@@ -34,6 +34,3 @@ class GatewaySettings(Settings, kw_only=True):
     repository_requires_admin: bool = True
     # How long a load or unload waits for every worker of the fleet to answer.
     control_timeout_s: float = 120.0
-    # A sequence's holder whose readiness expired longer ago than this is dead: the next step
-    # of the sequence moves it (binding, queued steps, committed state) to a live instance.
-    sequence_dead_after_ms: int = 7_000

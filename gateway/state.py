@@ -50,7 +50,6 @@ class GatewayState:
             settings.default_timeout_ms,
             Admission(self.tenants, RateLimiter(self.redis)),
             VersionRouter(self.table, self.traffic),
-            settings.sequence_dead_after_ms,
         )
         self.admin = AdminStore(self.redis)
         self.repository = RepositoryControl(self.redis, self.table, settings.control_timeout_s)

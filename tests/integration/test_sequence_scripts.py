@@ -85,7 +85,7 @@ def request(rid: str, value: int) -> bytes:
 class Client:
     def __init__(self, r: aioredis.Redis):
         self.r = r
-        self.admission = SequenceAdmission(r, DEAD_AFTER_MS)
+        self.admission = SequenceAdmission(r)
         self.count = 0
 
     async def step(
@@ -293,13 +293,18 @@ async def test_a_dead_holders_sequence_moves_with_its_queue_and_state(client: Cl
     assert dead not in await adopter.slot_table()
 
 
-async def test_admission_moves_a_sequence_whose_holder_is_dead(client: Client) -> None:
+async def test_a_step_for_a_dead_holder_waits_in_order_for_the_adoption(client: Client) -> None:
     start = now_ms()
     dead = await live(client.r, "w1", 2)
     await client.step(6, start=True, at=start)
     alive = await live(client.r, "w2", 2)
     await client.r.zadd(READY, {"w1": start - DEAD_AFTER_MS - 1})
-    assert await client.step(6, at=start) == 1
+    assert await client.step(6, at=start) == 1  # queued behind the unexecuted START
+    assert (await client.binding("u:6"))[b"holder"] == dead.encode()
+    adopter = SequenceStore(client.r, MODEL, VERSION, alive)
+    assert (await adopter.adopt(dead, start, start - DEAD_AFTER_MS, IDLE_MS))[:2] == (1, 1)
     assert (await client.binding("u:6"))[b"holder"] == alive.encode()
-    assert await client.queue("u:6") == [1, 2]  # the unexecuted START moved with it
+    assert await client.queue("u:6") == [1, 2]  # both steps moved, in order
     assert await client.r.zrange(keys.sequence_held(MODEL, VERSION, dead), 0, -1) == []
+    bells = await client.r.xrange(keys.sequence_bell(MODEL, VERSION, alive))
+    assert [f[b"s"] for _, f in bells] == [b"u:6"]
