@@ -18,7 +18,8 @@ import redis.asyncio as aioredis
 
 from gateway.enqueue import CoalescedScript
 from gateway.validation import ValidRequest
-from shared import keys, metrics
+from shared import envelope, keys, metrics
+from shared.envelope import InferRequest
 from shared.errors import ConchError, ErrorCode, invalid
 from shared.model_config import ModelConfig
 from shared.sequence_config import SequenceSpec
@@ -31,7 +32,8 @@ from shared.sequence_params import SequenceParams
 TTL_MARGIN_MS = 600_000
 
 # KEYS: ready zset, binding, queue, dedupe key.
-# ARGV: P, NOW, idle ms, ttl ms, start, end, sequence, payload, dedupe ttl ms.
+# ARGV: P, NOW, idle ms, ttl ms, start, end, sequence, payload, dedupe ttl ms, oldest readiness
+#       expiry (ms) that still counts as live (the gone bound, as the other admission script).
 # Returns {code, idle released, backlogged}; code 1 queued, 2 duplicate of an admitted request,
 # -1 no live worker, -3 no START for a sequence unknown, ended or idle-released.
 ADMIT_LUA = (
@@ -41,7 +43,7 @@ ADMIT_LUA = (
 local ready, b, q = KEYS[1], KEYS[2], KEYS[3]
 local idle, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local start, finish, seq = ARGV[5] == '1', ARGV[6] == '1', ARGV[7]
-if redis.call('ZCOUNT', ready, NOW, '+inf') == 0 then return {-1, 0, 0} end
+if redis.call('ZCOUNT', ready, tonumber(ARGV[10]), '+inf') == 0 then return {-1, 0, 0} end
 if redis.call('SET', KEYS[4], '1', 'NX', 'PX', tonumber(ARGV[9])) == false then
   return {2, 0, 0}
 end
@@ -109,29 +111,24 @@ def no_start(config: ModelConfig, params: SequenceParams) -> ConchError:
 
 
 class SequenceAdmission:
-    def __init__(self, r: aioredis.Redis):
+    def __init__(self, r: aioredis.Redis, gone_ms: int):
         self._script = CoalescedScript(r, ADMIT_LUA, convert=list)
+        # A version counts as served while some worker was ready within this bound.
+        self._gone_ms = gone_ms
 
     async def admit(
-        self,
-        config: ModelConfig,
-        version: int,
-        spec: SequenceSpec,
-        params: SequenceParams,
-        request_id: str,
-        payload: bytes,
-        now_ms: int,
-        deadline_ms: int,
+        self, config: ModelConfig, spec: SequenceSpec, params: SequenceParams, request: InferRequest
     ) -> int:
         """1 once queued (or already queued by a retried call); -1 when no worker is live."""
-        model = config.name
+        model, version, request_id = config.name, request.version, request.id
+        now_ms, deadline_ms = request.enqueued_ms, request.deadline_ms
         idle_ms = max(1, spec.idle_us // 1000)
         result = await self._script(
             keys=[
                 keys.ready(model, version),
                 keys.sequence_binding(model, version, params.key),
                 keys.sequence_queue(model, version, params.key),
-                f"{keys.sequence_prefix(model, version)}dup:{request_id}",
+                keys.admitted(model, request_id),
             ],
             args=[
                 keys.sequence_prefix(model, version),
@@ -141,8 +138,9 @@ class SequenceAdmission:
                 int(params.start),
                 int(params.end),
                 params.key,
-                payload,
+                envelope.encode(request),
                 max(1, deadline_ms - now_ms),
+                now_ms - self._gone_ms,
             ],
         )
         code, released, backlogged = (int(x) for x in result)

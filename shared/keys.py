@@ -51,9 +51,34 @@ def request_stream(model: str, version: int, priority: int) -> str:
     return f"{_model(model)}:req:{version}:p{priority}"
 
 
+def parse_request_stream(name: str | bytes) -> tuple[str, int, int] | None:
+    """(model, version, priority) of a request stream's name, None for any other name."""
+    text = name.decode() if isinstance(name, bytes) else name
+    head = f"{PREFIX}:m:{{"
+    if not text.startswith(head) or "}:req:" not in text:
+        return None
+    model, _, rest = text[len(head) :].rpartition("}:req:")
+    version, _, level = rest.partition(":p")
+    if not (version.isdigit() and level.isdigit()):
+        return None
+    return model, int(version), int(level)
+
+
 def batch_stream(model: str, version: int) -> str:
     """STREAM of formed batches for one (model, version); read by the workers."""
     return f"{_model(model)}:batch:{version}"
+
+
+def admitted(model: str, request_id: str) -> str:
+    """STRING set by the admission script while the request may still run: a retried admission
+    of the same request id queues nothing (expires at the request's deadline)."""
+    return f"{_model(model)}:admitted:{request_id}"
+
+
+def dead_letters(model: str) -> str:
+    """STREAM of the model's entries that could not be decoded or executed within the delivery
+    bound (request and batch entries alike), each with the reason; capped."""
+    return f"{_model(model)}:dead"
 
 
 def batch_done_channel(model: str, version: int) -> str:

@@ -44,6 +44,11 @@ class SequenceParams:
         """The sequence's name in Redis keys: uint64 5 and string "5" are different sequences."""
         return f"s:{self.id}" if isinstance(self.id, str) else f"u:{self.id}"
 
+    @property
+    def route_key(self) -> str | None:
+        """What keeps a sequence's steps on one version under traffic weights."""
+        return self.key if self.in_sequence else None
+
     def label(self) -> str:
         return str(self.id)
 

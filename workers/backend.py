@@ -115,11 +115,12 @@ class TensorModelInstance(ModelInstance):
         if self.config.max_batch_size == 0 or len(requests) == 1:
             return self._execute_each(requests)
         t0 = time.perf_counter_ns()
-        # Every input the requests carry: the config's, and a sequence model's controls and
-        # implicit states, which the config lists elsewhere.
-        batched = {
-            name: np.concatenate([r.inputs[name] for r in requests]) for name in requests[0].inputs
-        }
+        # The config's inputs in its order, then a sequence model's controls and implicit
+        # states (the config lists them elsewhere).
+        first = requests[0].inputs
+        names = [n for n in self.config.input_names if n in first]
+        names += [n for n in first if n not in names]
+        batched = {name: np.concatenate([r.inputs[name] for r in requests]) for name in names}
         wanted = _union_outputs(requests)
         t1 = time.perf_counter_ns()
         try:

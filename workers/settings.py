@@ -17,6 +17,10 @@ class WorkerSettings(Settings, kw_only=True):
     heartbeat_interval_ms: int = 1_000
     heartbeat_ttl_ms: int = 3_000
     reclaim_interval_ms: int = 1_000
+    # A worker is dead, and its pending batches may be claimed, once its last heartbeat is this
+    # old; batches are claimed only when idle this long, and the sequences it held move to live
+    # instances. Well above a 5 s freeze.
+    dead_bound_ms: int = 10_000
     # A batch delivered more often than this (its workers kept dying) is answered with errors.
     max_deliveries: int = 3
     # Seconds to finish in-flight batches on SIGTERM before leaving them to another worker.
@@ -24,8 +28,5 @@ class WorkerSettings(Settings, kw_only=True):
     # Seconds between marking a version draining (gateways stop routing requests without a
     # version to it; they re-read every 250 ms) and no longer taking requests that name it.
     drain_route_delay_s: float = 0.75
-    # Sequences (stateful models): a holder whose readiness expired longer ago than this is
-    # dead and its sequences are adopted by a live instance (a late heartbeat is not a death).
-    sequence_dead_after_ms: int = 7_000
     # How often a holder releases idle sequences and re-reads the sequences it holds.
     sequence_reconcile_ms: int = 500

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 IDLE_MODEL = "sequence_accumulator_idle"
 IDLE_US = 400_000
 FAST = {  # adoption within seconds of a death, not the production default
-    "CONCH_WORKER_SEQUENCE_DEAD_AFTER_MS": "500",
+    "CONCH_WORKER_DEAD_BOUND_MS": "3500",
     "CONCH_WORKER_RECLAIM_INTERVAL_MS": "300",
     "CONCH_WORKER_SEQUENCE_RECONCILE_MS": "200",
 }

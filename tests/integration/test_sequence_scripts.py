@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.sequence_admission import SequenceAdmission
-from shared import envelope, keys
+from shared import keys
 from shared.envelope import InferRequest, Reply, Tensor
 from shared.errors import ConchError
 from shared.model_config import parse_pbtxt
@@ -65,27 +65,24 @@ async def live(r: aioredis.Redis, worker: str, slots: int, until_ms: int | None 
     return instance
 
 
-def request(rid: str, value: int) -> bytes:
-    now = now_ms()
-    return envelope.encode(
-        InferRequest(
-            id=rid,
-            model=MODEL,
-            version=VERSION,
-            inputs=[Tensor("INPUT", "INT32", [1, 1], value.to_bytes(4, "little"))],
-            outputs=[],
-            parameters={},
-            reply_to=keys.reply_stream("gw"),
-            deadline_ms=now + 10_000,
-            enqueued_ms=now,
-        )
+def request(rid: str, value: int, now: int) -> InferRequest:
+    return InferRequest(
+        id=rid,
+        model=MODEL,
+        version=VERSION,
+        inputs=[Tensor("INPUT", "INT32", [1, 1], value.to_bytes(4, "little"))],
+        outputs=[],
+        parameters={},
+        reply_to=keys.reply_stream("gw"),
+        deadline_ms=now + 10_000,
+        enqueued_ms=now,
     )
 
 
 class Client:
     def __init__(self, r: aioredis.Redis):
         self.r = r
-        self.admission = SequenceAdmission(r)
+        self.admission = SequenceAdmission(r, 30_000)
         self.count = 0
 
     async def step(
@@ -100,10 +97,8 @@ class Client:
         rid = rid or f"r{self.count}"
         at = at if at is not None else now_ms()
         assert SPEC is not None
-        return await self.admission.admit(
-            CONFIG, VERSION, SPEC, SequenceParams(seq, start, end), rid,
-            request(rid, self.count), at, at + 10_000,
-        )  # fmt: skip
+        params = SequenceParams(seq, start, end)
+        return await self.admission.admit(CONFIG, SPEC, params, request(rid, self.count, at))
 
     async def binding(self, seq: str) -> dict[bytes, bytes]:
         return await self.r.hgetall(keys.sequence_binding(MODEL, VERSION, seq))
@@ -164,6 +159,10 @@ async def test_tritons_refusals_of_steps_without_start(client: Client) -> None:
 
 async def test_no_live_worker_is_answered_at_once(client: Client) -> None:
     assert await client.step(1, start=True) == -1
+    await client.r.zadd(READY, {"gone": now_ms() - 30_001})
+    assert await client.step(1, start=True) == -1  # ready longer ago than the gone bound
+    await client.r.zadd(READY, {"late": now_ms() - 29_000})
+    assert await client.step(1, start=True) == 1  # late, not gone: queued (the backlog here)
 
 
 async def test_an_idle_sequence_is_released_and_then_needs_start(client: Client) -> None:

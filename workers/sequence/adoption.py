@@ -1,12 +1,12 @@
 """Adoption: the sequences of a holder that died move to live instances.
 
-A holder is dead when its worker's readiness expired longer ago than the dead bound
-(``sequence_dead_after_ms``; a late heartbeat is not a death). Any worker serving the version
-may adopt; the adoption script re-checks the bound and runs once (the first caller takes the
-instance's whole holder index), so two adopters never split or repeat it. The next step of an
-adopted sequence then runs on its new holder from the last committed state: a step the dead
-holder had executed but not committed runs again, with the same answer, and a step it had
-committed is never applied twice.
+A holder is dead when its worker has not heartbeated for the dead bound (``dead_bound_ms``, the
+bound after which its pending batches may be claimed too; a late heartbeat is not a death). Any
+worker serving the version may adopt; the adoption script re-checks the bound and runs once (the
+first caller takes the instance's whole holder index), so two adopters never split or repeat it.
+The next step of an adopted sequence then runs on its new holder from the last committed state:
+a step the dead holder had executed but not committed runs again, with the same answer, and a
+step it had committed is never applied twice.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ async def adopt_dead(
     if not others:
         return 0
     now = int(time.time() * 1000)
-    dead_before = now - host.settings.sequence_dead_after_ms
+    # Readiness scores are heartbeat expiries (beat + TTL): dead once the beat is dead_bound old.
+    settings = host.settings
+    dead_before = now - max(0, settings.dead_bound_ms - settings.heartbeat_ttl_ms)
     ready = keys.ready(model, version)
     async with r.pipeline(transaction=False) as pipe:
         for inst in others:

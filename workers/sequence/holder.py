@@ -23,15 +23,16 @@ from concurrent.futures import Executor
 
 import redis.asyncio as aioredis
 
-from shared import metrics, redis_conn, sequence_params
+from shared import metrics
 from shared.sequence_config import SequenceSpec
-from shared.sequence_params import FLAG_START
 from workers.backend import ModelInstance
 from workers.loader import LoadedVersion
 from workers.sequence import occupancy
 from workers.sequence import state as state_codec
+from workers.sequence.bells import read_bells
 from workers.sequence.execution import Outcome, State, Step, StepRunner
 from workers.sequence.policy import plan_direct, plan_oldest
+from workers.sequence.starting_states import StartingStates
 from workers.sequence.store import (
     ALREADY,
     COMMITTED,
@@ -78,7 +79,8 @@ class SequenceHolder:
         self.heads: dict[str, Head] = {}
         self.known: dict[str, int] = {}  # highest step seen per sequence
         self.dirty: dict[str, int] = {}  # sequences to read: bell step (0: look anyway)
-        self.cache: dict[str, tuple[int, State]] = {}  # last committed step and its state
+        self.starts = StartingStates(spec, self.initial, self.store)
+        self.cache = self.starts.cache  # sequence -> (last committed step, its state)
         self.positions: dict[str, int] = {}  # direct strategy: each sequence's batch slot
         self.wake = asyncio.Event()
         self.held_count = 0
@@ -88,7 +90,10 @@ class SequenceHolder:
 
     async def serve(self, stopping: asyncio.Event) -> None:
         await self.store.register(self.spec.slots)
-        bells = asyncio.create_task(self._read_bells(), name=f"bells-{self.id}")
+        bells = asyncio.create_task(
+            read_bells(self.settings.redis_url, self.store.bell_key, self._ring),
+            name=f"bells-{self.id}",
+        )
         interval_s = self.settings.sequence_reconcile_ms / 1000
         next_reconcile = 0.0
         try:
@@ -141,31 +146,11 @@ class SequenceHolder:
         )
         metrics.record_sequence_event(self.model, self.version, "idle_released", released)
 
-    async def _read_bells(self) -> None:
-        client: aioredis.Redis = redis_conn.dedicated(
-            self.settings.redis_url, name="conch-worker-bells"
-        )
-        last = b"0"
-        try:
-            while True:
-                try:
-                    reply = await client.xread({self.store.bell_key: last}, count=1000, block=1000)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.warning("doorbell read failed; retrying", extra={"model": self.model})
-                    await asyncio.sleep(0.2)
-                    continue
-                for _stream, entries in reply or []:
-                    for entry_id, fields in entries:
-                        last = entry_id
-                        sequence = fields[b"s"].decode()
-                        step = int(fields.get(b"n", 0))
-                        if step == 0 or step > self.known.get(sequence, 0):
-                            self.dirty[sequence] = max(self.dirty.get(sequence, 0), step)
-                    self.wake.set()
-        finally:
-            await client.aclose()
+    def _ring(self, sequence: str, step: int) -> None:
+        """A bell: the sequence has a step queued (``step`` 0: look at it anyway)."""
+        if step == 0 or step > self.known.get(sequence, 0):
+            self.dirty[sequence] = max(self.dirty.get(sequence, 0), step)
+        self.wake.set()
 
     async def _read_dirty(self) -> None:
         wanted = [s for s in self.dirty if s not in self.heads]
@@ -213,7 +198,13 @@ class SequenceHolder:
             if not oldest.take:
                 return False, oldest.wake_at_us
             chosen = list(ordered[: oldest.take])
-        states = await self._states([h for h in chosen if h is not None])
+        starts = await self.starts.for_heads([h for h in chosen if h is not None])
+        for sequence in starts.lost:
+            self.forget(sequence)
+        for sequence in starts.stale:
+            self.heads.pop(sequence, None)
+            self.dirty[sequence] = 0
+        states = starts.states
         positions = [
             Step(h, states[h.sequence]) if h is not None and h.sequence in states else None
             for h in chosen
@@ -223,48 +214,6 @@ class SequenceHolder:
         outcome = await self.runner.run(positions, self._executor())
         await self._commit(outcome)
         return True, None
-
-    async def _states(self, heads: list[Head]) -> dict[str, State]:
-        """The state each head starts from: initial on START, else the one committed before."""
-        out: dict[str, State] = {}
-        missing: list[Head] = []
-        for head in heads:
-            flags = sequence_params.lenient(head.request.parameters).flags
-            cached = self.cache.get(head.sequence)
-            if flags & FLAG_START:
-                out[head.sequence] = {k: v.copy() for k, v in self.initial.items()}
-            elif not self.spec.states or (cached is not None and cached[0] == head.step - 1):
-                out[head.sequence] = cached[1] if cached else {}
-            else:
-                missing.append(head)
-        if not missing:
-            return out
-        found = await self.store.states([h.sequence for h in missing])
-        for head in missing:
-            holder, committed, fields = found[head.sequence]
-            if holder != self.id:
-                self.forget(head.sequence)
-            elif committed != head.step - 1:
-                log.warning(
-                    "sequence head is not the step after the committed one; reading it again",
-                    extra={"model": self.model, "step": head.step, "committed": committed},
-                )
-                self.heads.pop(head.sequence, None)
-                self.dirty[head.sequence] = 0
-            else:
-                out[head.sequence] = self._decode(fields)
-        return out
-
-    def _decode(self, fields: dict[bytes, bytes]) -> State:
-        state: State = {}
-        for spec in self.spec.states:
-            data = fields.get(f"st:{spec.input_name}".encode())
-            shape = fields.get(f"sh:{spec.input_name}".encode())
-            if data is None or shape is None:
-                state[spec.input_name] = self.initial[spec.input_name].copy()
-            else:
-                state[spec.input_name] = state_codec.decode(spec, data, shape.decode())
-        return state
 
     async def _commit(self, outcome: Outcome) -> None:
         """Publish, then commit; retried until Redis takes it (the step stays unacknowledged)."""
