@@ -183,11 +183,16 @@ def _run_cell(
 def _run_sequence_cell(
     url: str, label: str, cell: Cell, args: argparse.Namespace, cpu: ProcessCpu | None
 ) -> dict[str, Any]:
+    from conch import http_wait
+
+    if not http_wait.wait_ok(f"{url}/v2/models/{cell.model}/ready", 120):
+        raise SystemExit(f"model {cell.model} is not ready at {url}")
+    base = sequences.new_base()
     if args.warmup:
-        sequences.run(url, label, cell.model, cell.concurrency, args.warmup)
+        sequences.run(url, label, cell.model, cell.concurrency, args.warmup, base)
     started = cpu.snapshot() if cpu else None
     wall = time.monotonic()
-    row = sequences.run(url, label, cell.model, cell.concurrency, args.duration)
+    row = sequences.run(url, label, cell.model, cell.concurrency, args.duration, base)
     wall = time.monotonic() - wall
     if cpu and started is not None:
         row["cpu_cores"] = cpu.cores_since(started, wall)

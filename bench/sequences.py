@@ -1,5 +1,11 @@
 """Sequence cells: steps of N concurrent sequences of the stateful ``sequence_accumulator``.
 
+The model is the example repository's (ONNX, implicit state, ``direct``, 8 slots per instance),
+served with two instances: 16 slots, so 16 sequences run at once rather than half of them waiting
+in the backlog for a slot, as Triton's sequence batcher would make them wait too. The warmup and
+the measured run drive the same sequence ids (each START restarts its sequence in place), so
+the sequences a run leaves open do not hold slots the next one needs.
+
 A cell ``sequence_accumulator:16:sequence`` runs wrk with 16 threads of one connection each
 (``bench/sequence.lua``): every thread drives its own sequence, step after step, and checks each
 answer against the running sum, so a wrong or lost step shows up as an error, not as speed.
@@ -36,10 +42,21 @@ def write(repo: Path) -> None:
     example = module.build_sequence_accumulator()
     (repo / MODEL / "1").mkdir(parents=True, exist_ok=True)
     (repo / MODEL / "1" / "model.onnx").write_bytes(example.onnx_model.SerializeToString())
-    (repo / MODEL / "config.pbtxt").write_text(example.config_pbtxt())
+    config = example.config_pbtxt().replace(
+        "instance_group [ { count: 1 kind: KIND_CPU } ]",
+        "instance_group [ { count: 2 kind: KIND_CPU } ]",
+    )
+    (repo / MODEL / "config.pbtxt").write_text(config)
 
 
-def run(url: str, label: str, model: str, sequences: int, seconds: int) -> dict[str, Any]:
+def new_base() -> int:
+    """The first sequence id of a cell: a fresh one per cell keeps cells and runs apart."""
+    return random.randrange(1, 2**40)
+
+
+def run(
+    url: str, label: str, model: str, sequences: int, seconds: int, base: int
+) -> dict[str, Any]:
     """One wrk run; the row has load.sh's fields (``format`` is "sequence")."""
     done = subprocess.run(
         [
@@ -53,7 +70,7 @@ def run(url: str, label: str, model: str, sequences: int, seconds: int) -> dict[
             str(LUA),
             f"{url.rstrip('/')}/v2/models/{model}/infer",
         ],
-        env={"SEQUENCE_BASE": str(random.randrange(1, 2**40))},
+        env={"SEQUENCE_BASE": str(base)},
         capture_output=True,
         text=True,
         check=False,

@@ -26,6 +26,11 @@ from shared.sequence_config import SequenceSpec
 from shared.sequence_lua import LIBRARY
 from shared.sequence_params import SequenceParams
 
+# A step up to this size rides along on the holder's doorbell, so that the holder of a sequence
+# whose previous step it committed runs the step without reading its queue (larger steps are
+# read from the queue: the doorbell stream keeps 1000 entries).
+BELL_PAYLOAD_MAX = 65_536
+
 # Binding and queue outlive the idle timeout by this much: the idle release itself is exact
 # (checked against ``last`` by every script); the key TTL only bounds what a fleet that died
 # entirely leaves behind.
@@ -38,6 +43,7 @@ TTL_MARGIN_MS = 600_000
 # -1 no live worker, -3 no START for a sequence unknown, ended or idle-released.
 ADMIT_LUA = (
     "local P, NOW = ARGV[1], tonumber(ARGV[2])\n"
+    + f"local BELL_PAYLOAD_MAX = {BELL_PAYLOAD_MAX}\n"
     + LIBRARY
     + """
 local ready, b, q = KEYS[1], KEYS[2], KEYS[3]
@@ -68,7 +74,12 @@ redis.call('PEXPIRE', b, ttl)
 redis.call('PEXPIRE', q, ttl)
 if holder ~= '' then
   redis.call('ZADD', P .. 'held:' .. holder, NOW + idle, seq)
-  redis.call('XADD', P .. 'bell:' .. holder, 'MAXLEN', '~', 1000, '*', 's', seq, 'n', step)
+  local bell = P .. 'bell:' .. holder
+  if #ARGV[8] <= BELL_PAYLOAD_MAX then  -- the step rides along: the holder need not read it
+    redis.call('XADD', bell, 'MAXLEN', '~', 1000, '*', 's', seq, 'n', step, 'd', ARGV[8])
+  else
+    redis.call('XADD', bell, 'MAXLEN', '~', 1000, '*', 's', seq, 'n', step)
+  end
 end
 return {1, released, holder == '' and 1 or 0}
 """

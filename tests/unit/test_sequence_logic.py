@@ -16,7 +16,7 @@ from shared.sequence_config import sequence_spec
 from shared.sequence_params import FLAG_END, FLAG_START, check_grpc_choice, lenient, parse
 from workers.sequence import state as state_codec
 from workers.sequence.controls import control_tensors
-from workers.sequence.policy import plan_direct, plan_oldest
+from workers.sequence.policy import assign_slot, plan_direct, plan_oldest
 from workers.sequence.support import check_sequence_support
 
 SOURCE = "models/m/config.pbtxt"
@@ -312,3 +312,11 @@ def test_initial_states_and_the_committed_bytes(tmp_path: Path) -> None:
     assert shape == "1,2" and len(data) == 8
     assert state_codec.decode(second, data, shape).tolist() == [[1.5, -2.0]]
     assert state_codec.normalize(first, np.ones((1, 1, 3), np.int64)).dtype == np.int32
+
+
+def test_direct_slots_are_kept_while_held_and_reused_when_free() -> None:
+    positions: dict[str, int] = {}
+    assert [assign_slot(positions, s, 2) for s in ("a", "b", "a")] == [0, 1, 0]
+    assert assign_slot(positions, "c", 2) == 4  # no free slot: waits beyond the slots
+    del positions["a"]
+    assert assign_slot(positions, "c", 2) == 0  # takes the freed one

@@ -16,8 +16,11 @@ from shared import redis_conn
 log = logging.getLogger(__name__)
 
 
-async def read_bells(redis_url: str, stream: str, ring: Callable[[str, int], None]) -> None:
-    """Call ``ring(sequence, step)`` for every bell (step 0: look at the sequence anyway)."""
+async def read_bells(
+    redis_url: str, stream: str, ring: Callable[[str, int, bytes | None], None]
+) -> None:
+    """Call ``ring(sequence, step, step payload or None)`` for every bell (step 0: look at the
+    sequence anyway)."""
     client: aioredis.Redis = redis_conn.dedicated(redis_url, name="conch-worker-bells")
     last = b"0"
     try:
@@ -33,6 +36,6 @@ async def read_bells(redis_url: str, stream: str, ring: Callable[[str, int], Non
             for _stream, entries in reply or []:
                 for entry_id, fields in entries:
                     last = entry_id
-                    ring(fields[b"s"].decode(), int(fields.get(b"n", 0)))
+                    ring(fields[b"s"].decode(), int(fields.get(b"n", 0)), fields.get(b"d"))
     finally:
         await client.aclose()

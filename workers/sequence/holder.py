@@ -23,7 +23,7 @@ from concurrent.futures import Executor
 
 import redis.asyncio as aioredis
 
-from shared import metrics
+from shared import envelope, metrics
 from shared.sequence_config import SequenceSpec
 from workers.backend import ModelInstance
 from workers.loader import LoadedVersion
@@ -31,7 +31,7 @@ from workers.sequence import occupancy
 from workers.sequence import state as state_codec
 from workers.sequence.bells import read_bells
 from workers.sequence.execution import Outcome, State, Step, StepRunner
-from workers.sequence.policy import plan_direct, plan_oldest
+from workers.sequence.policy import assign_slot, plan_direct, plan_oldest
 from workers.sequence.starting_states import StartingStates
 from workers.sequence.store import (
     ALREADY,
@@ -146,9 +146,19 @@ class SequenceHolder:
         )
         metrics.record_sequence_event(self.model, self.version, "idle_released", released)
 
-    def _ring(self, sequence: str, step: int) -> None:
-        """A bell: the sequence has a step queued (``step`` 0: look at it anyway)."""
-        if step == 0 or step > self.known.get(sequence, 0):
+    def _ring(self, sequence: str, step: int, payload: bytes | None) -> None:
+        """A bell: the sequence has a step queued (``step`` 0: look at it anyway). When it is
+        the step right after the one this holder committed last (the common case of a client
+        sending step after step), the bell's copy of it is the queue's head: no read needed."""
+        cached = self.cache.get(sequence)
+        if (
+            payload is not None
+            and sequence not in self.heads
+            and cached is not None
+            and cached[0] == step - 1 == self.known.get(sequence)
+        ):
+            self._set_head(Head(sequence, step, envelope.decode_request(payload)))
+        elif step == 0 or step > self.known.get(sequence, 0):
             self.dirty[sequence] = max(self.dirty.get(sequence, 0), step)
         self.wake.set()
 
@@ -186,7 +196,8 @@ class SequenceHolder:
             return False, None
         now_us = time.time() * 1e6
         if self.spec.strategy == "direct":
-            ready = {self._position(s): (s, h) for s, h in self.heads.items()}
+            slots = self.spec.max_batch
+            ready = {assign_slot(self.positions, s, slots): (s, h) for s, h in self.heads.items()}
             ready = {p: item for p, item in ready.items() if p < self.spec.max_batch}
             plan = plan_direct(ready, now_us, self.spec)
             if not plan.slots:
@@ -257,18 +268,6 @@ class SequenceHolder:
         metrics.record_sequence_event(self.model, self.version, "state_committed", committed)
         if committed:
             metrics.record_batch(self.model, self.version, outcome.stats)
-
-    def _position(self, sequence: str) -> int:
-        """The sequence's batch slot (direct strategy): the lowest free one, kept while held."""
-        position = self.positions.get(sequence)
-        if position is not None and position < self.spec.max_batch:
-            return position
-        used = set(self.positions.values())
-        free = next((p for p in range(self.spec.max_batch) if p not in used), None)
-        if free is None:  # more held than slots (a release not yet seen): wait for one
-            free = self.spec.max_batch + len(self.positions)
-        self.positions[sequence] = free
-        return free
 
     # --- periodic ----------------------------------------------------------------------------
 

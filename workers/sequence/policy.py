@@ -56,6 +56,21 @@ def plan_direct(
     return DirectPlan([chosen.get(p) for p in range(top + 1)])
 
 
+def assign_slot(positions: dict[str, int], sequence: str, slots: int) -> int:
+    """The sequence's batch slot (direct strategy): the lowest free one, kept while it is held.
+    With more sequences than slots (a release not yet seen here) it gets one past the slots and
+    waits; it takes a real one as soon as one is free."""
+    position = positions.get(sequence)
+    if position is not None and position < slots:
+        return position
+    used = set(positions.values())
+    free = next((p for p in range(slots) if p not in used), None)
+    if free is None:
+        free = slots + len(positions)
+    positions[sequence] = free
+    return free
+
+
 @dataclass(frozen=True)
 class OldestPlan:
     take: int
