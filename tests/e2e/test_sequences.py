@@ -71,6 +71,8 @@ class SequenceMesh:
     http: list[str]
     grpc: str
     redis_url: str
+    # /metrics of the two ONNX Runtime workers
+    worker_metrics: list[str]
 
 
 @pytest.fixture(scope="module")
@@ -81,18 +83,22 @@ def seq_mesh(
     write_repository(repo)
     flush_database(redis_server.url)
     mesh = Mesh(redis_server.url, repo, log_dir=tmp_path_factory.mktemp("logs"))
-    second, grpc_port = free_port(), free_port()
+    second, grpc_port, health = free_port(), free_port(), [free_port(), free_port()]
     try:
         mesh.start_scheduler("scheduler-a")
         mesh.start_scheduler("scheduler-b")
-        mesh.start_worker("worker-a", **FAST)
-        mesh.start_worker("worker-b", **FAST)
+        for name, port in zip(("worker-a", "worker-b"), health, strict=True):
+            mesh.start_worker(name, CONCH_WORKER_HEALTH_PORT=str(port), **FAST)
         mesh.start_worker("worker-py", backend="python", **FAST)
         mesh.start_gateway(processes=1, name="gateway-a", CONCH_GATEWAY_GRPC_PORT=str(grpc_port))
         mesh.start_gateway(processes=1, name="gateway-b", CONCH_GATEWAY_HTTP_PORT=str(second))
         mesh.wait_ready(["simple_sequence", "sequence_accumulator", "simple_string_dyna_sequence"])
         yield SequenceMesh(
-            mesh, [mesh.url, f"localhost:{second}"], f"localhost:{grpc_port}", redis_server.url
+            mesh,
+            [mesh.url, f"localhost:{second}"],
+            f"localhost:{grpc_port}",
+            redis_server.url,
+            [f"http://127.0.0.1:{port}/metrics" for port in health],
         )
     finally:
         mesh.stop()
@@ -370,6 +376,43 @@ def test_statistics_count_sequence_steps(seq_mesh: SequenceMesh) -> None:
     assert after["inference_count"] - before["inference_count"] == steps
     success = after["inference_stats"]["success"]["count"]
     assert success - before["inference_stats"]["success"]["count"] == steps
+
+
+def sequence_metrics(seq_mesh: SequenceMesh, model: str) -> dict[str, float]:
+    """Sums over both workers of each sequence family (and event) for one model."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals: dict[str, float] = {}
+    for url in seq_mesh.worker_metrics:
+        for family in text_string_to_metric_families(httpx.get(url, timeout=5).text):
+            for sample in family.samples:
+                if sample.labels.get("model") != model or "sequence" not in sample.name:
+                    continue
+                name = sample.name + (
+                    f":{sample.labels['event']}" if "event" in sample.labels else ""
+                )
+                totals[name] = totals.get(name, 0.0) + sample.value
+    return totals
+
+
+def test_workers_export_active_sequences_slots_and_events(seq_mesh: SequenceMesh) -> None:
+    client = httpclient.InferenceServerClient(seq_mesh.http[0])
+    for seq in (901, 902, 903):
+        http_step(client, "sequence_accumulator", seq, 1, start=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # holders publish occupancy on their reconcile ticks
+        totals = sequence_metrics(seq_mesh, "sequence_accumulator")
+        if totals.get("conch_sequences_active", 0) >= 3:
+            break
+        time.sleep(0.2)
+    assert totals["conch_sequences_active"] >= 3
+    assert totals["conch_sequence_slots"] == 16  # two instances of max_batch_size 8
+    assert totals["conch_sequence_backlog"] == 0
+    assert totals["conch_sequence_events_total:state_committed"] >= 3
+    for seq in (901, 902, 903):
+        http_step(client, "sequence_accumulator", seq, 1, end=True)
+    ended = sequence_metrics(seq_mesh, "sequence_accumulator")["conch_sequence_events_total:ended"]
+    assert ended >= 3
 
 
 # --- a holder dies ------------------------------------------------------------------------------
