@@ -25,15 +25,14 @@ from gateway.in_flight import InFlightLimit
 from gateway.model_table import ModelTable
 from gateway.queue_ticket import queue_ticket
 from gateway.replies import ReplyRouter
-from gateway.sequence_admission import SequenceAdmission, check_request
+from gateway.sequence_admission import SequenceAdmission, check_request, sequence_request
 from gateway.validation import ValidRequest, validate
 from gateway.version_router import VersionRouter
-from shared import envelope, keys, metrics, sequence_params, tracing
+from shared import envelope, keys, metrics, tracing
 from shared.envelope import InferRequest, Reply, RequestHeader
 from shared.errors import ConchError, ErrorCode, unavailable
 from shared.ids import new_id
 from shared.logs import request_id_var
-from shared.sequence_config import sequence_spec
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +81,18 @@ class DataPlane:
             task.cancel()
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
 
+    def authenticate(self, model: str, caller: Caller) -> Caller:
+        """401 / 403 from the headers alone, counted as admission refusals are."""
+        try:
+            return self.admission.authenticate(model, caller)
+        except ConchError as exc:
+            metrics.record_rejected(
+                self.admission.tenant_label(caller),
+                model,
+                _REASONS.get(exc.code, exc.code.lower()),
+            )
+            raise
+
     async def infer(
         self,
         model: str,
@@ -102,17 +113,14 @@ class DataPlane:
                 _REASONS.get(exc.code, exc.code.lower()),
             )
             raise
-        sequence, spec = sequence_params.parse(parsed.parameters), sequence_spec(config)
-        # A sequence's steps stay on one version while the weights stand (sticky by its id).
+        sequence, spec = sequence_request(config, parsed.parameters)
         number = self.versions.route(model, version, caller.route_key or sequence.route_key)
         valid = validate(config, parsed)
         ticket = queue_ticket(config, parsed.parameters, tenant.priority if tenant else 0)
-        if spec is not None:
+        if spec is not None:  # no shadow copy: it would start a sequence of its own elsewhere
             check_request(config, spec, sequence, valid, parsed.id)
-        else:  # a copy of a sequence's step would start a sequence of its own elsewhere
-            shadow = self.versions.shadow(model, version, number)
-            if shadow is not None:
-                self._send_shadow(model, shadow, number, parsed, tenant)
+        elif (shadow := self.versions.shadow(model, version, number)) is not None:
+            self._send_shadow(model, shadow, number, parsed, tenant)
         request_id = new_id()
         request_id_var.set(parsed.id or request_id)
         started, code = received or time.perf_counter(), ErrorCode.CANCELLED.value
@@ -147,10 +155,10 @@ class DataPlane:
             trace=span.carrier,
         )
         future = self.replies.expect(request_id)
-        call = (
-            None
-            if spec is not None
-            else admission_call(
+        if spec is not None:  # a sequence: its own queue, in arrival order (no scheduler)
+            admit = self._sequences.admit(config, spec, sequence, payload)
+        else:
+            call = admission_call(
                 model=model,
                 version=number,
                 priority=ticket.priority,
@@ -162,17 +170,13 @@ class DataPlane:
                 header=envelope.encode(header),
                 data=envelope.encode(payload),
             )
-        )
+            admit = self._enqueue(keys=call.keys, args=call.args)
         try:
             # The deadline bounds the whole exchange with Redis: the enqueue as well as the wait.
             timeout_s = (deadline - now) / 1000 + _GRACE_S
             try:
                 async with asyncio.timeout(timeout_s):
-                    if spec is not None:  # a sequence: its own queue, in arrival order
-                        admitted = await self._sequences.admit(config, spec, sequence, payload)
-                    else:
-                        assert call is not None
-                        admitted = await self._enqueue(keys=call.keys, args=call.args)
+                    admitted = await admit
                     self._refuse(
                         admitted,
                         model,

@@ -14,15 +14,17 @@ queued steps and committed state, once the holder is dead past the dead bound
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis.asyncio as aioredis
 
 from gateway.enqueue import CoalescedScript
 from gateway.validation import ValidRequest
-from shared import envelope, keys, metrics
+from shared import envelope, keys, metrics, sequence_params
 from shared.envelope import InferRequest
 from shared.errors import ConchError, ErrorCode, invalid
 from shared.model_config import ModelConfig
-from shared.sequence_config import SequenceSpec
+from shared.sequence_config import SequenceSpec, sequence_spec
 from shared.sequence_lua import LIBRARY
 from shared.sequence_params import SequenceParams
 
@@ -84,6 +86,14 @@ end
 return {1, released, holder == '' and 1 or 0}
 """
 )
+
+
+def sequence_request(
+    config: ModelConfig, parameters: dict[str, Any]
+) -> tuple[SequenceParams, SequenceSpec | None]:
+    """The request's sequence parameters (Triton parses them for every model) and the model's
+    sequence spec (None: not a sequence model, which ignores them, as Triton's batchers do)."""
+    return sequence_params.parse(parameters), sequence_spec(config)
 
 
 def check_request(

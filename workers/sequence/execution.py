@@ -11,9 +11,8 @@ run; it is still committed (its state unchanged), so the sequence moves on.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from concurrent.futures import Executor
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,12 +23,14 @@ from shared.errors import ErrorCode
 from shared.model_config import ModelConfig
 from shared.sequence_config import SequenceSpec
 from shared.sequence_params import FLAG_END
-from workers.backend import ModelInstance, ModelRequest
+from workers.backend import Execution, ModelInstance, ModelRequest
 from workers.sequence import state as state_codec
 from workers.sequence.controls import control_tensors
 from workers.sequence.store import Head, StepCommit
 
 State = dict[str, np.ndarray]
+# Runs ``instance.execute(requests)`` on the worker's pool, tracked per instance.
+Execute = Callable[[ModelInstance, list[ModelRequest]], Awaitable[Execution]]
 
 
 @dataclass
@@ -64,7 +65,7 @@ class StepRunner:
         self.worker_id = worker_id
         self._in_flight = metrics.child(metrics.EXECUTIONS_IN_FLIGHT, config.name, version)
 
-    async def run(self, positions: list[Step | None], executor: Executor | None) -> Outcome:
+    async def run(self, positions: list[Step | None], execute: Execute) -> Outcome:
         outcome = Outcome()
         now_ms = time.time() * 1000
         runnable: list[tuple[int, Step]] = []
@@ -87,10 +88,9 @@ class StepRunner:
             if step is not None or self.spec.strategy == "direct":
                 sent.append(step)
         requests = [self._request(s) if s else self._padding(template) for s in sent]
-        loop = asyncio.get_running_loop()
         self._in_flight.inc()
         try:
-            execution = await loop.run_in_executor(executor, self.instance.execute, requests)
+            execution = await execute(self.instance, requests)
         finally:
             self._in_flight.dec()
         successes = 0

@@ -18,8 +18,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
-from concurrent.futures import Executor
 
 import redis.asyncio as aioredis
 
@@ -30,7 +28,7 @@ from workers.loader import LoadedVersion
 from workers.sequence import occupancy
 from workers.sequence import state as state_codec
 from workers.sequence.bells import read_bells
-from workers.sequence.execution import Outcome, State, Step, StepRunner
+from workers.sequence.execution import Execute, Outcome, State, Step, StepRunner
 from workers.sequence.policy import assign_slot, plan_direct, plan_oldest
 from workers.sequence.starting_states import StartingStates
 from workers.sequence.store import (
@@ -60,7 +58,7 @@ class SequenceHolder:
         instance: ModelInstance,
         index: int,
         spec: SequenceSpec,
-        executor: Callable[[], Executor | None],
+        execute: Execute,
     ):
         config = loaded.model.config
         self.settings = settings
@@ -75,7 +73,7 @@ class SequenceHolder:
             for s in spec.states
         }
         self.runner = StepRunner(config, loaded.version, spec, instance, self.initial, worker_id)
-        self._executor = executor
+        self._execute = execute
         self.heads: dict[str, Head] = {}
         self.known: dict[str, int] = {}  # highest step seen per sequence
         self.dirty: dict[str, int] = {}  # sequences to read: bell step (0: look anyway)
@@ -88,7 +86,8 @@ class SequenceHolder:
 
     # --- the loop ----------------------------------------------------------------------------
 
-    async def serve(self, stopping: asyncio.Event) -> None:
+    async def serve(self, stopping: asyncio.Event, unloading: asyncio.Event) -> None:
+        """Until the worker stops or the version is unloaded (each finishes its execution)."""
         await self.store.register(self.spec.slots)
         bells = asyncio.create_task(
             read_bells(self.settings.redis_url, self.store.bell_key, self._ring),
@@ -97,7 +96,7 @@ class SequenceHolder:
         interval_s = self.settings.sequence_reconcile_ms / 1000
         next_reconcile = 0.0
         try:
-            while not stopping.is_set():
+            while not stopping.is_set() and not unloading.is_set():
                 self.wake.clear()
                 wait_s = interval_s
                 try:
@@ -222,7 +221,7 @@ class SequenceHolder:
         ]
         if not any(positions):
             return True, None
-        outcome = await self.runner.run(positions, self._executor())
+        outcome = await self.runner.run(positions, self._execute)
         await self._commit(outcome)
         return True, None
 
