@@ -190,12 +190,17 @@ def _run_sequence_cell(
     base = sequences.new_base()
     if args.warmup:
         sequences.run(url, label, cell.model, cell.concurrency, args.warmup, base)
+    before_stats = _stats(url, cell.model)
     started = cpu.snapshot() if cpu else None
     wall = time.monotonic()
     row = sequences.run(url, label, cell.model, cell.concurrency, args.duration, base)
     wall = time.monotonic() - wall
     if cpu and started is not None:
         row["cpu_cores"] = cpu.cores_since(started, wall)
+    after_stats = _stats(url, cell.model)
+    if before_stats and after_stats and after_stats[1] > before_stats[1]:
+        inferences, executions = (a - b for a, b in zip(after_stats, before_stats, strict=True))
+        row["avg_batch"] = round(inferences / executions, 2)
     return row
 
 

@@ -15,6 +15,7 @@ same columns (requests/s, p50/p90/p99, errors, CPU by process).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import random
@@ -54,10 +55,33 @@ def new_base() -> int:
     return random.randrange(1, 2**40)
 
 
+def close(url: str, model: str, sequences: int, base: int) -> None:
+    """End the sequences a run left open (wrk stops mid-sequence), so that their slots are free
+    for the next cell rather than held until the idle timeout."""
+    import urllib.error
+    import urllib.request
+
+    for index in range(1, sequences + 1):
+        body = json.dumps(
+            {
+                "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [0]}],
+                "parameters": {"sequence_id": base + index, "sequence_end": True},
+            }
+        ).encode()
+        request = urllib.request.Request(
+            f"{url.rstrip('/')}/v2/models/{model}/infer",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
+        with contextlib.suppress(urllib.error.HTTPError):  # already ended by its last step
+            urllib.request.urlopen(request, timeout=30).close()
+
+
 def run(
     url: str, label: str, model: str, sequences: int, seconds: int, base: int
 ) -> dict[str, Any]:
-    """One wrk run; the row has load.sh's fields (``format`` is "sequence")."""
+    """One wrk run, then its sequences ended; the row has load.sh's fields (``format`` is
+    "sequence")."""
     done = subprocess.run(
         [
             "wrk",
@@ -75,6 +99,7 @@ def run(
         text=True,
         check=False,
     )
+    close(url, model, sequences, base)
     lines = [line for line in done.stdout.splitlines() if line.startswith("WRKJSON ")]
     if not lines:
         raise SystemExit(f"wrk failed for the sequence cell: {done.stdout[-1000:]}{done.stderr}")

@@ -83,6 +83,7 @@ class SequenceHolder:
         self.wake = asyncio.Event()
         self.held_count = 0
         self.backlog = 0
+        self._ticks = 0
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -279,8 +280,12 @@ class SequenceHolder:
             self.forget(sequence)
         metrics.record_sequence_event(self.model, self.version, "idle_released", len(released))
         held = set(held_list)
+        # Sequences that came here unseen are read now; the others (a bell lost, say) now and
+        # then: reading every idle sequence on every tick would cost a round trip per held one.
+        self._ticks += 1
+        everything = self._ticks % 10 == 0
         for sequence in held:
-            if sequence not in self.heads:
+            if sequence not in self.heads and (everything or sequence not in self.cache):
                 self.dirty[sequence] = max(self.dirty.get(sequence, 0), 0)
         for sequence in list(self.cache) + list(self.positions):
             if sequence not in held and sequence not in self.heads:
