@@ -320,3 +320,21 @@ def test_direct_slots_are_kept_while_held_and_reused_when_free() -> None:
     assert assign_slot(positions, "c", 2) == 4  # no free slot: waits beyond the slots
     del positions["a"]
     assert assign_slot(positions, "c", 2) == 0  # takes the freed one
+
+
+def test_a_bell_for_a_new_sequence_with_the_id_of_one_ending_here_is_not_lost() -> None:
+    """Regression: the END of sequence 7 is committing (its step 100 was the last) when the
+    client's START of a new sequence 7 is admitted (step 1 of a new binding) and its bell comes
+    in. The holder used to drop the bell (1 <= 100 steps seen) and then forget the sequence on
+    the release: the START waited for a reconcile tick (up to seconds)."""
+    import asyncio
+
+    from workers.sequence.holder import SequenceHolder
+
+    holder = object.__new__(SequenceHolder)
+    holder.heads, holder.cache, holder.positions, holder.dirty = {}, {}, {}, {}
+    holder.known, holder._serial, holder.wake = {"u:7": 100}, 0, asyncio.Event()
+    holder.cache["u:7"] = (99, {})
+    holder._ring("u:7", 1, None)  # the new sequence's START, while the END commits
+    holder.forget("u:7")  # the END's commit result: released
+    assert "u:7" in holder.dirty and holder.wake.is_set()

@@ -1,15 +1,13 @@
 """The serving loop of one execution instance of a sequence model: it runs the steps of the
 sequences bound to it, one step per sequence at a time, in arrival order.
 
-The admission script queues each step on its sequence's list and rings the holder's doorbell
-(``shared.keys.sequence_bell``). A bell reader marks sequences to look at; the loop reads their
-head steps, lets the pure policy (``workers.sequence.policy``) choose the next execution, runs it
-(``workers.sequence.execution``), then publishes the replies and commits each step with its
-state in one round trip (``workers.sequence.store``). The commit answers with each sequence's
-next head, so a busy sequence costs no extra read. States of held sequences are cached here;
-a sequence that arrives from another holder (adoption) starts from the state committed in Redis.
-Every ``reconcile`` interval the loop releases idle sequences, re-reads what it holds (a lost
-bell costs a delay, never a step) and publishes its occupancy.
+The admission script queues each step on its sequence's list and rings the holder's doorbell.
+The loop reads the marked sequences' head steps (or takes a step off its bell), lets the pure
+policy choose the next execution, runs it, then publishes the replies and commits each step with
+its state in one round trip; the commit answers with each sequence's next head. States are
+cached here; a sequence that arrives from another holder starts from its committed state. Every
+reconcile interval the loop releases idle sequences, re-reads what it holds (a lost bell costs
+a delay, never a step) and publishes its occupancy.
 """
 
 from __future__ import annotations
@@ -76,14 +74,13 @@ class SequenceHolder:
         self._execute = execute
         self.heads: dict[str, Head] = {}
         self.known: dict[str, int] = {}  # highest step seen per sequence
-        self.dirty: dict[str, int] = {}  # sequences to read: bell step (0: look anyway)
+        self.dirty: dict[str, int] = {}  # sequences to read -> mark serial
+        self._serial = 0
         self.starts = StartingStates(spec, self.initial, self.store)
         self.cache = self.starts.cache  # sequence -> (last committed step, its state)
         self.positions: dict[str, int] = {}  # direct strategy: each sequence's batch slot
         self.wake = asyncio.Event()
-        self.held_count = 0
-        self.backlog = 0
-        self._ticks = 0
+        self.held_count = self.backlog = self._ticks = 0
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -126,8 +123,7 @@ class SequenceHolder:
             occupancy.forget(self.model, self.version, self.id)
 
     async def hand_over(self) -> None:
-        """A clean stop: the sequences held here go to live instances now, not after the dead
-        bound (their queued steps and committed states go with them)."""
+        """A clean stop: the held sequences go to live instances now, not after the dead bound."""
         try:
             _, adopted, released, backlogged = await self.store.adopt(
                 self.id, _now_ms(), 0, self.idle_ms, force=True
@@ -147,45 +143,50 @@ class SequenceHolder:
         metrics.record_sequence_event(self.model, self.version, "idle_released", released)
 
     def _ring(self, sequence: str, step: int, payload: bytes | None) -> None:
-        """A bell: the sequence has a step queued (``step`` 0: look at it anyway). When it is
-        the step right after the one this holder committed last (the common case of a client
-        sending step after step), the bell's copy of it is the queue's head: no read needed."""
+        """A bell: a step is queued (``step`` 0: look anyway). The step right after the one
+        committed here last (a client sending step after step) is the queue's head: its copy
+        on the bell is used, no read. Only a bell for the known head or before is dropped (one
+        of a new sequence with the id of one being released here must not be lost)."""
+        head = self.heads.get(sequence)
+        if head is not None and 0 < step <= head.step:
+            return
         cached = self.cache.get(sequence)
         if (
             payload is not None
-            and sequence not in self.heads
+            and head is None
             and cached is not None
             and cached[0] == step - 1 == self.known.get(sequence)
         ):
             self._set_head(Head(sequence, step, envelope.decode_request(payload)))
-        elif step == 0 or step > self.known.get(sequence, 0):
-            self.dirty[sequence] = max(self.dirty.get(sequence, 0), step)
+        else:
+            self._mark(sequence)
         self.wake.set()
 
+    def _mark(self, sequence: str) -> None:
+        """Look at the sequence's queue; a read settles only the marks made before it."""
+        self._serial += 1
+        self.dirty[sequence] = self._serial
+
     async def _read_dirty(self) -> None:
-        wanted = [s for s in self.dirty if s not in self.heads]
+        wanted = {s: mark for s, mark in self.dirty.items() if s not in self.heads}
         if not wanted:
             return
-        found = await self.store.heads(wanted)
-        for sequence in wanted:
+        found = await self.store.heads(list(wanted))
+        for sequence, mark in wanted.items():
+            if self.dirty.get(sequence) == mark:  # no bell came while reading
+                del self.dirty[sequence]
             if sequence not in found:
                 self.forget(sequence)  # another instance holds it now, or it is gone
-                continue
-            head = found[sequence]
-            if head is None:
-                self.dirty.pop(sequence, None)
-            else:
+            elif (head := found[sequence]) is not None:
                 self._set_head(head)
 
     def _set_head(self, head: Head) -> None:
         self.heads[head.sequence] = head
         self.known[head.sequence] = max(self.known.get(head.sequence, 0), head.step)
-        pending = self.dirty.get(head.sequence)
-        if pending is not None and pending <= head.step:
-            self.dirty.pop(head.sequence, None)
 
     def forget(self, sequence: str) -> None:
-        for table in (self.heads, self.known, self.dirty, self.cache, self.positions):
+        """Drop what this holder knows of a sequence, but not a mark to look at it again."""
+        for table in (self.heads, self.known, self.cache, self.positions):
             table.pop(sequence, None)
 
     # --- one execution -----------------------------------------------------------------------
@@ -214,7 +215,7 @@ class SequenceHolder:
             self.forget(sequence)
         for sequence in starts.stale:
             self.heads.pop(sequence, None)
-            self.dirty[sequence] = 0
+            self._mark(sequence)
         states = starts.states
         positions = [
             Step(h, states[h.sequence]) if h is not None and h.sequence in states else None
@@ -286,7 +287,7 @@ class SequenceHolder:
         everything = self._ticks % 10 == 0
         for sequence in held:
             if sequence not in self.heads and (everything or sequence not in self.cache):
-                self.dirty[sequence] = max(self.dirty.get(sequence, 0), 0)
+                self._mark(sequence)
         for sequence in list(self.cache) + list(self.positions):
             if sequence not in held and sequence not in self.heads:
                 self.forget(sequence)
