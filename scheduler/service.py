@@ -130,17 +130,24 @@ class SchedulerService:
                 await self._retire(key)
 
     async def _retire(self, key: tuple[str, int]) -> None:
-        queue = self.queues.pop(key)
-        task = self._tasks.pop(key)
-        for stream in [s for s, k in self._streams.items() if k == key]:
-            del self._streams[stream]
-        self._absent.pop(key, None)
-        self._changed.set()
+        """Stop the queue, answer what it holds, then forget it and its streams. If the answer
+        cannot be written the queue is started again and kept: what it holds stays its own."""
+        queue, task = self.queues[key], self._tasks[key]
         while not task.done():  # a cancellation may be swallowed inside redis-py (gh-86296)
             task.cancel()
             await asyncio.wait({task}, timeout=0.05)
         model, version = key
-        await queue.retire(f"model '{model}' version {version} is no longer served")
+        try:
+            while len(queue):  # what the intake handed it meanwhile too
+                await queue.retire(f"model '{model}' version {version} is no longer served")
+        except Exception:
+            self._tasks[key] = asyncio.create_task(queue.run(), name=f"queue-{key}")
+            raise
+        del self.queues[key], self._tasks[key]
+        for stream in [s for s, k in self._streams.items() if k == key]:
+            del self._streams[stream]
+        self._absent.pop(key, None)
+        self._changed.set()
         log.info("stopped scheduling model version", extra={"model": model, "version": version})
 
     def _export(self) -> None:

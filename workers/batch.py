@@ -58,6 +58,13 @@ class BatchProcessor:
             await asyncio.wait([asyncio.wrap_future(f) for f in running], timeout=timeout_s)
         return [i for i in instances if (f := self._running.get(id(i))) and not f.done()]
 
+    async def _still_ours(self, entry: streams.Entry) -> bool:
+        """One XPENDING, for redeliveries only (the first delivery is ours by the read)."""
+        rows = await self._redis.xpending_range(
+            entry.stream, keys.WORKER_GROUP, entry.entry_id, entry.entry_id, 1, self._id
+        )
+        return bool(rows)
+
     async def process(
         self, loaded: LoadedVersion, instance: ModelInstance, entry: streams.Entry
     ) -> None:
@@ -73,11 +80,18 @@ class BatchProcessor:
                 f"died executing it; giving up after {self._settings.max_deliveries}",
             )
             return
+        if entry.deliveries > 1 and not await self._still_ours(entry):
+            # Tried again after a failure whose write had gone through (acked already), or
+            # claimed by another worker meanwhile: running it again would run it twice.
+            metrics.record_late_result("worker", name, version)
+            return
         try:
             batch = envelope.decode_batch(entry.fields[keys.FIELD_DATA])
             requests = [envelope.decode_request(raw) for raw in batch.requests]
         except Exception:
-            log.exception("undecodable batch", extra={"model": name, "entry": entry.entry_id})
+            log.exception(
+                "undecodable batch", extra={"model": name, "entry": entry.entry_id.decode()}
+            )
             await poison.dead_letter(
                 self._redis, name, version, entry, self._id, "batch could not be decoded"
             )

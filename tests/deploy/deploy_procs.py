@@ -214,3 +214,6 @@ class Traffic:
 
     def in_flight_at(self, moment: float) -> int:
         return sum(1 for start, end, _ in self.results if start <= moment <= end)
+
+    def started_between(self, first: float, last: float) -> int:
+        return sum(1 for start, _, _ in self.results if first <= start <= last)
