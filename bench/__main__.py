@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import sequences
 from bench.cells import Cell, parse_cells
 from bench.models import NAMES
 from bench.models import write as write_memory_bound
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     cells = parse_cells(args.cells)
     if any(cell.model in NAMES for cell in cells):
         write_memory_bound(repo)
+    if any(cell.sequence for cell in cells):
+        sequences.write(repo)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
 
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         peer = start_peer(args.harness, args.peer_port, env)
         try:
             for cell in cells:
-                if cell.binary or cell.model in NAMES:
+                if cell.binary or cell.sequence or cell.model in NAMES:
                     continue  # the peer answers binary with 422/500 and serves only mlp, add_sub
                 rows.append(
                     _run_cell(
@@ -142,6 +145,8 @@ def _run_cell(
     env: dict[str, str],
     cpu: ProcessCpu | None = None,
 ) -> dict[str, Any]:
+    if cell.sequence:
+        return _run_sequence_cell(url, label, cell, args, cpu)
     cell_env = {
         **env,
         "SERVER": label,
@@ -179,6 +184,30 @@ def _run_cell(
             inferences = after_stats[0] - before_stats[0]
             executions = after_stats[1] - before_stats[1]
             row["avg_batch"] = round(inferences / executions, 2) if executions else None
+    return row
+
+
+def _run_sequence_cell(
+    url: str, label: str, cell: Cell, args: argparse.Namespace, cpu: ProcessCpu | None
+) -> dict[str, Any]:
+    from conch import http_wait
+
+    if not http_wait.wait_ok(f"{url}/v2/models/{cell.model}/ready", 120):
+        raise SystemExit(f"model {cell.model} is not ready at {url}")
+    base = sequences.new_base()
+    if args.warmup:
+        sequences.run(url, label, cell.model, cell.concurrency, args.warmup, base)
+    before_stats = _stats(url, cell.model)
+    started = cpu.snapshot() if cpu else None
+    wall = time.monotonic()
+    row = sequences.run(url, label, cell.model, cell.concurrency, args.duration, base)
+    wall = time.monotonic() - wall
+    if cpu and started is not None:
+        row["cpu_cores"] = cpu.cores_since(started, wall)
+    after_stats = _stats(url, cell.model)
+    if before_stats and after_stats and after_stats[1] > before_stats[1]:
+        inferences, executions = (a - b for a, b in zip(after_stats, before_stats, strict=True))
+        row["avg_batch"] = round(inferences / executions, 2)
     return row
 
 

@@ -95,6 +95,51 @@ dynamic_batching { max_queue_delay_microseconds: 500 }
 instance_group [ { kind: KIND_CPU count: 2 } ]
 """
 
+# Triton's implicit state in a Python model: the running sum survives the model's worker.
+ACCUMULATOR_PY_CONFIG = """\
+name: "sequence_accumulator_py"
+backend: "python"
+max_batch_size: 8
+sequence_batching {
+  max_sequence_idle_microseconds: 10000000
+  oldest { max_candidate_sequences: 16 }
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [ {
+    input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ]
+    initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" }
+  } ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "CORRID_SEEN" data_type: TYPE_STRING dims: [ 1 ] }
+]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+# NVIDIA's client examples (-d) use this name: simple_dyna_sequence's config, a string CORRID.
+STRING_DYNA_CONFIG = """\
+name: "simple_string_dyna_sequence"
+backend: "python"
+max_batch_size: 8
+sequence_batching {
+  max_sequence_idle_microseconds: 10000000
+  oldest { max_candidate_sequences: 1024 max_queue_delay_microseconds: 10000 }
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+
 
 # Models of the names and signatures NVIDIA's client examples (triton-inference-server/client,
 # src/python/examples) use, as Python models.
@@ -243,6 +288,8 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "simple_string": _python_model("simple_string", SIMPLE_STRING_CONFIG),
     "simple_identity": _python_model("simple_identity", SIMPLE_IDENTITY_CONFIG),
     "repeat_int32": _python_model("repeat_int32", REPEAT_INT32_CONFIG),
+    "sequence_accumulator_py": _python_model("sequence_accumulator_py", ACCUMULATOR_PY_CONFIG),
+    "simple_string_dyna_sequence": _python_model("simple_string_dyna_sequence", STRING_DYNA_CONFIG),
 }
 
 

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Write Conch's example Triton model repository: ``simple``, ``mlp``, ``add_sub`` and more.
+"""Write Conch's example Triton model repository: ``simple``, ``mlp``, ``add_sub`` and more,
+with the sequence models of ``sequence_models.py`` (``simple_sequence``, ``simple_dyna_sequence``,
+``sequence_accumulator``).
 
     python examples/make_models.py [REPO]     (default: examples/model_repository)
 
@@ -24,6 +26,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script's sibling, not a package
+import sequence_models
 
 SEED = 20261121  # the benchmark harness's seed: the mlp weights must equal its weights
 OPSET = 17
@@ -222,17 +227,18 @@ def build_mlp_cached() -> ExampleModel:
     return build_mlp("mlp_cached", "response_cache {\n  enable: true\n}\n")
 
 
-BUILDERS: dict[str, Callable[[], ExampleModel]] = {
+BUILDERS: dict[str, Callable[[], ExampleModel | sequence_models.SequenceExample]] = {
     "simple": build_simple,
     "mlp": build_mlp,
     "add_sub": build_add_sub,
     "simple_int8": build_simple_int8,
     "custom_identity_int32": build_custom_identity_int32,
     "mlp_cached": build_mlp_cached,
+    **sequence_models.BUILDERS,
 }
 
 
-def write_model(repository: Path, model: ExampleModel) -> Path:
+def write_model(repository: Path, model: ExampleModel | sequence_models.SequenceExample) -> Path:
     """Write ``<repository>/<name>/config.pbtxt`` and ``<name>/1/model.onnx``; return the dir."""
     model_dir = repository / model.name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,7 @@ from gateway.model_table import ModelTable
 from gateway.queue_ticket import queue_ticket
 from gateway.replies import ReplyRouter
 from gateway.response_cache import ResponseCache
+from gateway.sequence_admission import SequenceAdmission, check_request, sequence_request
 from gateway.trace_settings import TraceSettings, start_span
 from gateway.validation import ValidRequest, validate
 from gateway.version_router import VersionRouter
@@ -84,6 +85,7 @@ class DataPlane:
         self.replies = replies
         self._default_timeout_ms = default_timeout_ms
         self._enqueue = CoalescedScript(r, ENQUEUE_LUA)
+        self._sequences = SequenceAdmission(r, gone_ms)
         self._shadow_tasks: set[asyncio.Task[None]] = set()
 
     async def stop(self) -> None:
@@ -124,11 +126,13 @@ class DataPlane:
                 _REASONS.get(exc.code, exc.code.lower()),
             )
             raise
-        number = self.versions.route(model, version, caller.route_key)
+        sequence, spec = sequence_request(config, parsed.parameters)
+        number = self.versions.route(model, version, caller.route_key or sequence.route_key)
         valid = validate(config, parsed)
         ticket = queue_ticket(config, parsed.parameters, tenant.priority if tenant else 0)
-        shadow = self.versions.shadow(model, version, number)
-        if shadow is not None:
+        if spec is not None:  # no shadow copy: it would start a sequence of its own elsewhere
+            check_request(config, spec, sequence, valid, parsed.id)
+        elif (shadow := self.versions.shadow(model, version, number)) is not None:
             self._send_shadow(model, shadow, number, parsed, tenant)
         request_id = new_id()
         request_id_var.set(parsed.id or request_id)
@@ -168,24 +172,28 @@ class DataPlane:
             trace=span.carrier,
         )
         future = self.replies.expect(request_id)
-        call = admission_call(
-            model=model,
-            version=number,
-            priority=ticket.priority,
-            request_id=request_id,
-            now_ms=now,
-            deadline_ms=deadline,
-            gone_ms=self._gone_ms,
-            max_queue_size=ticket.max_queue_size,
-            header=envelope.encode(header),
-            data=envelope.encode(payload),
-        )
+        if spec is not None:  # a sequence: its own queue, in arrival order (no scheduler)
+            admit = self._sequences.admit(config, spec, sequence, payload)
+        else:
+            call = admission_call(
+                model=model,
+                version=number,
+                priority=ticket.priority,
+                request_id=request_id,
+                now_ms=now,
+                deadline_ms=deadline,
+                gone_ms=self._gone_ms,
+                max_queue_size=ticket.max_queue_size,
+                header=envelope.encode(header),
+                data=envelope.encode(payload),
+            )
+            admit = self._enqueue(keys=call.keys, args=call.args)
         try:
             # The deadline bounds the whole exchange with Redis: the enqueue as well as the wait.
             timeout_s = (deadline - now) / 1000 + _GRACE_S
             try:
                 async with asyncio.timeout(timeout_s):
-                    admitted = await self._enqueue(keys=call.keys, args=call.args)
+                    admitted = await admit
                     self._refuse(
                         admitted,
                         model,

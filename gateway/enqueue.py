@@ -10,25 +10,29 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
-Call = tuple[Sequence[str], Sequence[object], asyncio.Future[int]]
+Call = tuple[Sequence[str], Sequence[object], asyncio.Future[Any]]
 
 
 class CoalescedScript:
-    def __init__(self, r: aioredis.Redis, source: str):
+    """``convert`` turns the script's reply into the caller's value (an int by default)."""
+
+    def __init__(self, r: aioredis.Redis, source: str, convert: Callable[[Any], Any] = int):
         self._redis = r
         self._source = source
+        self._convert = convert
         self._sha = hashlib.sha1(source.encode()).hexdigest()
         self._pending: list[Call] = []
         self._flushing: set[asyncio.Task[None]] = set()
 
-    async def __call__(self, keys: Sequence[str], args: Sequence[object]) -> int:
+    async def __call__(self, keys: Sequence[str], args: Sequence[object]) -> Any:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[int] = loop.create_future()
+        future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((keys, args, future))
         if len(self._pending) == 1:
             loop.call_soon(self._start_flush)
@@ -54,7 +58,7 @@ class CoalescedScript:
             if isinstance(result, Exception):
                 future.set_exception(result)
             else:
-                future.set_result(int(result))
+                future.set_result(self._convert(result))
 
     async def _run(self, batch: list[Call]) -> list[object]:
         results = await self._pipeline(batch)

@@ -13,7 +13,7 @@ from tritonclient.grpc import service_pb2
 
 from gateway.http_codec import ParsedRequest, RequestedOutput, check_binary
 from gateway.shm_params import ShmRef, shm_ref
-from shared import datatypes, tensors
+from shared import datatypes, sequence_params, tensors
 from shared.envelope import Tensor
 from shared.errors import invalid
 
@@ -89,6 +89,12 @@ def parse_grpc_request(request: service_pb2.ModelInferRequest) -> ParsedRequest:
     if raw and next_raw != len(raw):
         raise _raw_count(len(raw), len(request.inputs) - len(shm))
     parameters = _parameters(request.parameters)
+    if (
+        "sequence_id" in parameters
+        or "sequence_start" in parameters
+        or "sequence_end" in parameters
+    ):
+        _sequence_parameters(request.parameters, parameters)
     outputs = [RequestedOutput(o.name, True, _parameters(o.parameters)) for o in request.outputs]
     return ParsedRequest(
         request.id, inputs, outputs, parameters, binary_default=True, shm_inputs=shm
@@ -104,6 +110,17 @@ def _raw_count(given: int, expected: int) -> Exception:
 
 def _parameters(parameters: Any) -> dict[str, Any]:
     return {k: parameter_value(v) for k, v in parameters.items()}
+
+
+def _sequence_parameters(given: Any, parameters: dict[str, Any]) -> None:
+    """Triton's gRPC rules: the id an ``int64_param`` (read as Triton's uint64) or a
+    ``string_param``, start and end ``bool_param``s."""
+    for name in sequence_params.GRPC_CHOICES:
+        if name in parameters:
+            sequence_params.check_grpc_choice(name, given[name].WhichOneof("parameter_choice"))
+    seq_id = parameters.get("sequence_id")
+    if isinstance(seq_id, int) and seq_id < 0:
+        parameters["sequence_id"] = seq_id + 2**64
 
 
 def encode_grpc_response(

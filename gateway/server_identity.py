@@ -24,6 +24,8 @@ EXTENSIONS = [
     "cuda_shared_memory",
     "trace",
     "logging",
+    "sequence",
+    "sequence(string_id)",
 ]
 
 

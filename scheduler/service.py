@@ -117,7 +117,8 @@ class SchedulerService:
         for model, config in self._configs.items():
             for version, instances in versions.get(model, {}).items():
                 metrics.child(metrics.READY_INSTANCES, model, version).set(instances)
-                await self._ensure_queue(config, version, instances)
+                if config.sequence_batching is None:  # sequences are queued by their holders
+                    await self._ensure_queue(config, version, instances)
         served = {(m, v) for m, found in versions.items() for v in found}
         await self._retire_unserved(served)
 

@@ -237,3 +237,43 @@ def trace_settings() -> str:
 def trace_remaining(scope: str) -> str:
     """STRING: traces left to sample for a scope whose trace_count is limited."""
     return f"{PREFIX}:trace:remaining:{scope}"
+
+
+# --- Sequences (stateful models): bindings, step queues, holders' slots ------------------------
+# Every key of a (model, version)'s sequences shares the model's hash tag, so the admission,
+# commit and adoption scripts each touch one Redis Cluster slot. The scripts build the per
+# sequence and per instance names below from ``sequence_prefix`` (same tag, same slot).
+
+
+def sequence_prefix(model: str, version: int) -> str:
+    return f"{_model(model)}:seq:{version}:"
+
+
+def sequence_binding(model: str, version: int, sequence: str) -> str:
+    """HASH of one sequence: holder instance, step counters, last activity, committed state."""
+    return f"{sequence_prefix(model, version)}s:{sequence}"
+
+
+def sequence_queue(model: str, version: int, sequence: str) -> str:
+    """LIST of one sequence's admitted steps not yet committed, in arrival order."""
+    return f"{sequence_prefix(model, version)}q:{sequence}"
+
+
+def sequence_slots(model: str, version: int) -> str:
+    """HASH instance id -> sequence slots it offers (registered by the holding worker)."""
+    return f"{sequence_prefix(model, version)}slots"
+
+
+def sequence_held(model: str, version: int, instance: str) -> str:
+    """ZSET sequence -> idle deadline (ms): the sequences one instance holds."""
+    return f"{sequence_prefix(model, version)}held:{instance}"
+
+
+def sequence_bell(model: str, version: int, instance: str) -> str:
+    """STREAM of doorbells (sequence names) telling an instance a step is queued for it."""
+    return f"{sequence_prefix(model, version)}bell:{instance}"
+
+
+def sequence_backlog(model: str, version: int) -> str:
+    """ZSET sequence -> arrival (ms): sequences waiting for a free slot, oldest first."""
+    return f"{sequence_prefix(model, version)}backlog"

@@ -46,6 +46,10 @@ class ModelRequest:
     # Names of the outputs to return (already resolved: every output when none was asked for).
     requested_outputs: list[str]
     parameters: dict[str, Any] = field(default_factory=dict)
+    # Triton's sequence id (uint64 or string; 0: none) and SEQUENCE_START/END flags, which the
+    # Python backend's request.correlation_id() and request.flags() return.
+    correlation_id: int | str = 0
+    flags: int = 0
 
     @property
     def batch_size(self) -> int:
@@ -116,12 +120,12 @@ class TensorModelInstance(ModelInstance):
         if self.config.max_batch_size == 0 or len(requests) == 1:
             return self._execute_each(requests)
         t0 = time.perf_counter_ns()
-        names = self.config.input_names
-        batched = {
-            name: np.concatenate([r.inputs[name] for r in requests])
-            for name in names
-            if name in requests[0].inputs
-        }
+        # The config's inputs in its order, then a sequence model's controls and implicit
+        # states (the config lists them elsewhere).
+        first = requests[0].inputs
+        names = [n for n in self.config.input_names if n in first]
+        names += [n for n in first if n not in names]
+        batched = {name: np.concatenate([r.inputs[name] for r in requests]) for name in names}
         wanted = _union_outputs(requests)
         t1 = time.perf_counter_ns()
         try:

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis.asyncio as aioredis
 
-from shared import envelope, keys, metrics, streams, tensors, tracing
+from shared import envelope, keys, metrics, sequence_params, streams, tensors, tracing
 from shared.envelope import InferRequest, Reply, Timing
 from shared.errors import ConchError, ErrorCode
 from shared.fencing import queue_fenced_ack
@@ -165,12 +165,15 @@ class BatchProcessor:
         accepted: list[tuple[int, InferRequest]] = []
         for index, request in runnable:
             try:
+                sequence = sequence_params.lenient(request.parameters)
                 model_requests.append(
                     ModelRequest(
                         id=request.id,
                         inputs={t.name: tensors.to_numpy(t) for t in request.inputs},
                         requested_outputs=request.outputs or config.output_names,
                         parameters=request.parameters,
+                        correlation_id=sequence.id,
+                        flags=sequence.flags,
                     )
                 )
                 accepted.append((index, request))

@@ -10,6 +10,7 @@ from shared.errors import ConchError, ErrorCode
 from shared.repository import RepositoryModel
 from workers.backend import Backend, LoadSpec, ModelInstance
 from workers.placement import Devices, placements
+from workers.sequence.support import check_sequence_support
 from workers.warmup import warmup_batches
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ def load_version(
     loaded = LoadedVersion(model, version)
     config = model.config
     devices = devices or Devices()
+    check_sequence_support(config, model.path)
     try:
         for placement in placements(config, devices, devices.visible()):
             spec = LoadSpec(

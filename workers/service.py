@@ -18,14 +18,18 @@ from pathlib import Path
 
 from shared import heartbeats, log_settings, metrics, readiness, redis_conn, repository
 from shared.health_http import HealthServer
-from workers.backend import Backend
+from workers.backend import Backend, ModelInstance
 from workers.backend_table import load_backend
 from workers.batch import BatchProcessor
 from workers.batch_loop import BatchLoop
 from workers.control import ModelControl
 from workers.heartbeat import restore_loop
+from workers.lane import Lane
 from workers.loaded_metrics import LoadedVersionMetrics
+from workers.loader import LoadedVersion
 from workers.reclaim import reclaim_loop
+from workers.sequence.adoption import adoption_loop
+from workers.sequence.serving import SequenceServing
 from workers.settings import WorkerSettings
 from workers.startup import load_at_startup
 from workers.version_host import VersionHost
@@ -45,9 +49,24 @@ class WorkerService:
         self._stopping = asyncio.Event()
         self._batches = BatchProcessor(self.redis, settings, self.id)
         loop = BatchLoop(self.redis, settings, self.id, self._stopping, self._batches)
-        self.versions = VersionHost(
-            self.redis, settings, self.backend, self.id, loop.serve, self._batches.wait_idle
+        sequences = SequenceServing(
+            self.redis, settings, self.id, self._stopping, lambda: self._batches.executor
         )
+
+        async def serve(loaded: LoadedVersion, instance: ModelInstance, lane: Lane) -> None:
+            if loaded.model.config.sequence_batching is not None:  # the instance holds sequences
+                await sequences.serve(loaded, instance, lane.stop)
+            else:
+                await loop.serve(loaded, instance, lane)
+
+        async def wait_idle(
+            instances: list[ModelInstance], timeout_s: float | None = None
+        ) -> list[ModelInstance]:
+            # A version's instances are all sequence holders or none: one of these returns at once.
+            busy = await self._batches.wait_idle(instances, timeout_s)
+            return busy + await sequences.wait_idle(instances, timeout_s)
+
+        self.versions = VersionHost(self.redis, settings, self.backend, self.id, serve, wait_idle)
         self.control = ModelControl(self.versions)
 
     async def run(self) -> None:
@@ -79,6 +98,7 @@ class WorkerService:
                 asyncio.create_task(metrics.redis_rtt_probe(self.redis, "worker"), name="rtt"),
                 asyncio.create_task(restore_loop(versions, self._stopping), name="restore"),
                 asyncio.create_task(reclaim_loop(versions, self._stopping), name="reclaim"),
+                asyncio.create_task(adoption_loop(versions, self._stopping), name="adoption"),
                 asyncio.create_task(self.control.run(), name="model-control"),
                 asyncio.create_task(
                     log_settings.follow(self.settings.redis_url), name="log-settings"

@@ -23,7 +23,8 @@ class WorkerSettings(Settings, kw_only=True):
     heartbeat_ttl_ms: int = 3_000
     reclaim_interval_ms: int = 1_000
     # A worker is dead, and its pending batches may be claimed, once its last heartbeat is this
-    # old; batches are claimed only when idle this long. Well above a 5 s freeze.
+    # old; batches are claimed only when idle this long, and the sequences it held move to live
+    # instances. Well above a 5 s freeze.
     dead_bound_ms: int = 10_000
     # A batch delivered more often than this (its workers kept dying) is answered with errors.
     max_deliveries: int = 3
@@ -35,3 +36,5 @@ class WorkerSettings(Settings, kw_only=True):
     # Triton's --strict-model-config: true turns auto-complete off (every configuration must
     # list its inputs and outputs); false (Triton's default) completes them from the model.
     strict_model_config: bool = False
+    # How often a holder releases idle sequences and re-reads the sequences it holds.
+    sequence_reconcile_ms: int = 500

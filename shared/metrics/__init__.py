@@ -64,6 +64,10 @@ from shared.metrics.families import (
     REJECTED_REQUESTS,
     REQUEST_DURATION_US,
     REQUEST_SECONDS,
+    SEQUENCE_BACKLOG,
+    SEQUENCE_EVENTS,
+    SEQUENCE_SLOTS,
+    SEQUENCES_ACTIVE,
     SUCCESS,
     WORKER_INSTANCES,
 )
@@ -79,6 +83,7 @@ from shared.metrics.recording import (
     record_late_result,
     record_rejected,
     record_request,
+    record_sequence_event,
 )
 from shared.metrics.redis_rtt import redis_rtt_probe
 from shared.metrics.triton_counter import MODEL, TRITON_COUNTERS, TritonCounter
@@ -124,6 +129,10 @@ __all__ = [
     "REJECTED_REQUESTS",
     "REQUEST_DURATION_US",
     "REQUEST_SECONDS",
+    "SEQUENCES_ACTIVE",
+    "SEQUENCE_BACKLOG",
+    "SEQUENCE_EVENTS",
+    "SEQUENCE_SLOTS",
     "SUCCESS",
     "TRITON_COUNTERS",
     "WORKER_INSTANCES",
@@ -143,5 +152,6 @@ __all__ = [
     "record_late_result",
     "record_rejected",
     "record_request",
+    "record_sequence_event",
     "redis_rtt_probe",
 ]

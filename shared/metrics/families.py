@@ -174,3 +174,29 @@ REDIS_RTT = Histogram(
     ("service",),
     buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0),
 )
+
+# --- Sequences (stateful models) ----------------------------------------------------------------
+SEQUENCES_ACTIVE = Gauge(
+    "conch_sequences_active",
+    "Sequences held by this worker's execution instances (bound to one of their slots)",
+    MODEL,
+    multiprocess_mode="livesum",
+)
+SEQUENCE_SLOTS = Gauge(
+    "conch_sequence_slots",
+    "Sequence slots this worker's execution instances offer (occupancy: active / slots)",
+    MODEL,
+    multiprocess_mode="livesum",
+)
+SEQUENCE_BACKLOG = Gauge(
+    "conch_sequence_backlog",
+    "Sequences waiting for a free slot, fleet-wide (read from Redis; take the max across workers)",
+    MODEL,
+    multiprocess_mode="livemax",
+)
+SEQUENCE_EVENTS = Counter(
+    "conch_sequence_events",
+    "Sequence lifecycle events, counted by the process that performed them (event: started, "
+    "ended, idle_released, adopted, backlogged, state_committed, commit_refused)",
+    (*MODEL, "event"),
+)

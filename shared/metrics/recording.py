@@ -30,6 +30,7 @@ from shared.metrics.families import (
     REJECTED_REQUESTS,
     REQUEST_DURATION_US,
     REQUEST_SECONDS,
+    SEQUENCE_EVENTS,
     SUCCESS,
 )
 
@@ -138,3 +139,9 @@ def record_late_result(stage: str, model: str, version: int, count: int = 1) -> 
 
 def record_heartbeat(service: str, ok: bool) -> None:
     child(HEARTBEATS, service, "ok" if ok else "error").inc()
+
+
+def record_sequence_event(model: str, version: int, event: str, count: int = 1) -> None:
+    """A sequence lifecycle event (see ``SEQUENCE_EVENTS``), by whichever process did it."""
+    if count:
+        child(SEQUENCE_EVENTS, model, version, event).inc(count)

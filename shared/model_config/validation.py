@@ -7,6 +7,7 @@ broken repository is fixed from the error alone.
 from __future__ import annotations
 
 from shared.errors import invalid
+from shared.model_config.sequence_rules import check_sequence_batching
 from shared.model_config.structs import ModelConfig
 
 
@@ -58,3 +59,4 @@ def validate(config: ModelConfig, source: str) -> None:
     for group in config.instance_groups:
         if group.count < 1:
             fail("instance_group.count", f"is {group.count}; expected 1 or more")
+    check_sequence_batching(config, source)

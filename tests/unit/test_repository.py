@@ -180,8 +180,11 @@ def test_example_repository_scans_cleanly(example_repo: Path) -> None:
         "custom_identity_int32",
         "mlp",
         "mlp_cached",
+        "sequence_accumulator",
         "simple",
+        "simple_dyna_sequence",
         "simple_int8",
+        "simple_sequence",
     ]
     for model in result.models.values():
         assert model.available_versions == [1]
@@ -283,3 +286,43 @@ def test_mlp_weights_follow_the_benchmark_harness_recipe(make_models: ModuleType
         expected = (rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32)
         assert weight.dtype == np.float32
         assert np.array_equal(weight, expected)
+
+
+def test_example_sequence_models_compute_what_triton_and_the_readme_say(
+    example_repo: Path,
+) -> None:
+    ort = pytest.importorskip("onnxruntime")
+
+    def run(name: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        path = str(example_repo / name / "1" / "model.onnx")
+        return ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+    def col(*values: int, dtype: type = np.int32) -> np.ndarray:
+        return np.array([[v] for v in values], dtype=dtype)
+
+    (out,) = run(
+        "simple_sequence", {"INPUT": col(0, 11, 5), "START": col(1, 0, 1), "READY": col(1, 1, 0)}
+    )
+    assert out.tolist() == [[1], [11], [0]]  # (INPUT + START) * READY, as Triton's
+    (out,) = run(
+        "simple_dyna_sequence",
+        {
+            "INPUT": col(100, 1, 1),
+            "START": col(1, 0, 0),
+            "END": col(0, 1, 1),
+            "READY": col(1, 1, 0),
+            "CORRID": col(7, 1001, 5, dtype=np.uint64),
+        },
+    )
+    assert out.tolist() == [[101], [1002], [0]]
+    # The accumulator: START ignores the state; a padding row (READY 0) keeps it.
+    out, state = run(
+        "sequence_accumulator",
+        {
+            "INPUT": col(3, 4, 9),
+            "START": col(1, 0, 0),
+            "READY": col(1, 1, 0),
+            "INPUT_STATE": col(50, 10, 6),
+        },
+    )
+    assert out.tolist() == [[3], [14], [15]] and state.tolist() == [[3], [14], [6]]

@@ -229,7 +229,14 @@ class PythonModelInstance(ModelInstance):
 
     def execute(self, requests: list[ModelRequest]) -> Execution:
         payload = [
-            (r.id, r.inputs, r.requested_outputs, json.dumps(r.parameters, default=str))
+            (
+                r.id,
+                r.inputs,
+                r.requested_outputs,
+                json.dumps(r.parameters, default=str),
+                r.correlation_id,
+                r.flags,
+            )
             for r in requests
         ]
         with self._lock:

@@ -178,12 +178,14 @@ def _execute(pb_utils: ModuleType, model: Any, model_name: str, payload: list[An
 
 
 def _request(pb_utils: ModuleType, model_name: str, item: tuple[Any, ...]) -> Any:
-    request_id, inputs, requested, parameters = item
+    request_id, inputs, requested, parameters, correlation_id, flags = item
     return pb_utils.InferenceRequest(
         model_name=model_name,
         requested_output_names=requested,
         inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
         request_id=request_id,
+        correlation_id=correlation_id,
+        flags=flags,
         parameters=parameters,
     )
 

@@ -1,0 +1,84 @@
+"""Adoption: the sequences of a holder that died move to live instances.
+
+A holder is dead when its worker has not heartbeated for the dead bound (``dead_bound_ms``, the
+bound after which its pending batches may be claimed too; a late heartbeat is not a death). Any
+worker serving the version may adopt; the adoption script re-checks the bound and runs once (the
+first caller takes the instance's whole holder index), so two adopters never split or repeat it.
+The next step of an adopted sequence then runs on its new holder from the last committed state:
+a step the dead holder had executed but not committed runs again, with the same answer, and a
+step it had committed is never applied twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import redis.asyncio as aioredis
+
+from shared import keys, metrics
+from shared.sequence_config import sequence_spec
+from workers.sequence.store import SequenceStore
+from workers.version_host import VersionHost
+
+log = logging.getLogger(__name__)
+
+
+async def adoption_loop(host: VersionHost, stopping: asyncio.Event) -> None:
+    while not stopping.is_set():
+        await asyncio.sleep(host.settings.reclaim_interval_ms / 1000)
+        for (model, version), loaded in list(host.loaded.items()):
+            spec = sequence_spec(loaded.model.config)
+            if spec is None:
+                continue
+            try:
+                await adopt_dead(host.redis, model, version, host.id, spec.idle_us // 1000, host)
+            except Exception:
+                log.exception("sequence adoption failed", extra={"model": model})
+
+
+async def adopt_dead(
+    r: aioredis.Redis, model: str, version: int, me: str, idle_ms: int, host: VersionHost
+) -> int:
+    """Adopt the sequences of every dead holder of a version; returns how many moved."""
+    store = SequenceStore(r, model, version, me)
+    table = await store.slot_table()
+    others = [inst for inst in table if not inst.startswith(f"{me}#")]
+    if not others:
+        return 0
+    now = int(time.time() * 1000)
+    # Readiness scores are heartbeat expiries (beat + TTL): dead once the beat is dead_bound old.
+    settings = host.settings
+    dead_before = now - max(0, settings.dead_bound_ms - settings.heartbeat_ttl_ms)
+    ready = keys.ready(model, version)
+    async with r.pipeline(transaction=False) as pipe:
+        for inst in others:
+            pipe.zscore(ready, inst.rsplit("#", 1)[0])
+        scores = await pipe.execute()
+    moved = 0
+    for inst, score in zip(others, scores, strict=True):
+        if score is not None and float(score) >= dead_before:
+            continue
+        done, adopted, released, backlogged = await store.adopt(
+            inst, now, dead_before, max(1, idle_ms)
+        )
+        if done < 0:
+            continue
+        moved += adopted + backlogged
+        metrics.record_sequence_event(model, version, "adopted", adopted + backlogged)
+        metrics.record_sequence_event(model, version, "idle_released", released)
+        if not adopted + released + backlogged:
+            continue
+        log.warning(
+            "adopted the sequences of a dead holder",
+            extra={
+                "model": model,
+                "version": version,
+                "dead_holder": inst,
+                "adopted": adopted,
+                "released": released,
+                "backlogged": backlogged,
+            },
+        )
+    return moved
