@@ -239,12 +239,13 @@ BUILDERS: dict[str, Callable[[], ExampleModel | sequence_models.SequenceExample]
 
 
 def write_model(repository: Path, model: ExampleModel | sequence_models.SequenceExample) -> Path:
-    """Write ``<repository>/<name>/config.pbtxt`` and ``<name>/1/model.onnx``; return the dir."""
+    """Write ``<repository>/<name>/config.pbtxt``, ``<name>/1/model.onnx`` and any side files
+    (labels); return the dir."""
     model_dir = repository / model.name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     (model_dir / "1" / "model.onnx").write_bytes(model.onnx_model.SerializeToString())
     (model_dir / "config.pbtxt").write_text(model.config_pbtxt(), encoding="utf-8")
-    for name, text in model.files:
+    for name, text in getattr(model, "files", ()):
         (model_dir / name).write_text(text, encoding="utf-8")
     return model_dir
 
