@@ -83,15 +83,18 @@ def ensemble(name: str, steps: list[str], cache: bool = True) -> Any:
 def test_only_models_that_enable_it_and_may_cache() -> None:
     plain = config("plain")
     cached = config("cached", response_cache={"enable": True})
-    sequence = config("seq", response_cache={"enable": True}, sequence_batching={})
     decoupled = config(
         "dec", response_cache={"enable": True}, model_transaction_policy={"decoupled": True}
     )
-    configs = {c.name: c for c in (plain, cached, sequence, decoupled)}
+    configs = {c.name: c for c in (plain, cached, decoupled)}
     assert not cacheable(plain, configs)
     assert cacheable(cached, configs)
-    assert not cacheable(sequence, configs)
     assert not cacheable(decoupled, configs)
+
+
+def test_a_sequence_model_with_the_cache_on_is_refused_at_load_as_triton_does() -> None:
+    with pytest.raises(ConchError, match="Response Cache does not currently support model seq"):
+        config("seq", response_cache={"enable": True}, sequence_batching={})
 
 
 def test_an_ensemble_caches_when_every_composed_model_may() -> None:
