@@ -95,6 +95,25 @@ dynamic_batching { max_queue_delay_microseconds: 500 }
 instance_group [ { kind: KIND_CPU count: 2 } ]
 """
 
+# The chaos suite's model (tests/chaos/): answers 3 * ID + 1 and records every execution by ID.
+# Three priority levels (the default, 2, for requests that name none) for the soak's mix.
+RECORDER_CONFIG = """\
+name: "chaos_recorder"
+backend: "python"
+max_batch_size: 8
+input [ { name: "ID" data_type: TYPE_INT64 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT64 dims: [ 1 ] },
+  { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] }
+]
+dynamic_batching {
+  max_queue_delay_microseconds: 1000
+  priority_levels: 3
+  default_priority_level: 2
+}
+instance_group [ { kind: KIND_CPU count: 2 } ]
+"""
+
 
 def _model_dir(repository: Path, name: str, config: str) -> Path:
     version = repository / name / "1"
@@ -180,11 +199,18 @@ def write_probe(repository: Path) -> Path:
     return version.parent
 
 
+def write_recorder(repository: Path) -> Path:
+    version = _model_dir(repository, "chaos_recorder", RECORDER_CONFIG)
+    shutil.copyfile(PYTHON_MODELS / "chaos_recorder" / "model.py", version / "model.py")
+    return version.parent
+
+
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "torchscript_mlp": write_torchscript,
     "export_mlp": write_export,
     "tokenizer": write_tokenizer,
     "python_probe": write_probe,
+    "chaos_recorder": write_recorder,
 }
 
 
