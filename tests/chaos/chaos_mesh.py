@@ -247,8 +247,10 @@ class ChaosMesh:
             self._raise_if_dead()
             try:
                 if all(
-                    httpx.get(f"{self.gateway_url(g)}/v2/models/{MODEL}/ready", timeout=1)
-                    .status_code == 200
+                    httpx.get(
+                        f"{self.gateway_url(g)}/v2/models/{MODEL}/ready", timeout=1
+                    ).status_code
+                    == 200
                     for g in GATEWAYS
                 ):
                     return

@@ -1,15 +1,15 @@
 """What a chaos run is judged by, from the clients' outcomes, the model's ledger and Redis.
 
-    lost               no answer, or a deadline error, for a request the mesh had
-    executed twice     completed executions of one request id > 1 (the model's record)
-    wrong answers      a 200 whose output is not 3 * ID + 1 for its own ID
-    refused            503/429 at once while capacity was alive (it always is here: a fault
-                       takes down at most one of each kind, and a restart follows)
-    cut                connection cut without an answer; allowed only for requests in flight
-                       on a gateway at the moment the fault killed it
-    errors             any other answer
-    answered, unrun    a 200 without a completed execution in the ledger
-    orphans            entries left in the model's streams (queued, pending, dead-lettered)
+lost               no answer, or a deadline error, for a request the mesh had
+executed twice     completed executions of one request id > 1 (the model's record)
+wrong answers      a 200 whose output is not 3 * ID + 1 for its own ID
+refused            503/429 at once while capacity was alive (it always is here: a fault
+                   takes down at most one of each kind, and a restart follows)
+cut                connection cut without an answer; allowed only for requests in flight
+                   on a gateway at the moment the fault killed it
+errors             any other answer
+answered, unrun    a 200 without a completed execution in the ledger
+orphans            entries left in the model's streams (queued, pending, dead-lettered)
 """
 
 from __future__ import annotations
