@@ -16,10 +16,12 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from gateway.admission import Admission
+from gateway.admission_script import ENQUEUE_LUA, NO_WORKER, QUEUE_FULL, admission_call
 from gateway.auth import Tenant
 from gateway.caller import ANONYMOUS_CALLER, Caller
 from gateway.enqueue import CoalescedScript
 from gateway.http_codec import ParsedRequest
+from gateway.in_flight import InFlightLimit
 from gateway.model_table import ModelTable
 from gateway.queue_ticket import queue_ticket
 from gateway.replies import ReplyRouter
@@ -32,17 +34,6 @@ from shared.ids import new_id
 from shared.logs import request_id_var
 
 log = logging.getLogger(__name__)
-
-# Atomic admission: refuse at once when no live worker serves the version or the queue is full,
-# otherwise enqueue. One round trip; the queue length is exact because schedulers delete the
-# entries they dispatch.
-ENQUEUE_LUA = """
-if redis.call('ZCOUNT', KEYS[1], ARGV[1], '+inf') == 0 then return -1 end
-local max_queue = tonumber(ARGV[2])
-if max_queue > 0 and redis.call('XLEN', KEYS[2]) >= max_queue then return -2 end
-redis.call('XADD', KEYS[2], '*', 'h', ARGV[3], 'd', ARGV[4])
-return 1
-"""
 
 # Time the gateway waits past the deadline for a worker's own deadline error before answering.
 _GRACE_S = 0.05
@@ -66,8 +57,14 @@ class DataPlane:
         default_timeout_ms: int,
         admission: Admission,
         versions: VersionRouter,
+        gone_ms: int = 30_000,
+        max_in_flight: int = 0,
     ):
         self._redis = r
+        self._gone_ms = gone_ms
+        # Taken by the protocol adapters before a request's body is read (``gateway.rest_infer``,
+        # ``gateway.grpc_service``); shadow requests have their own cap.
+        self.in_flight = InFlightLimit(max_in_flight)
         self.admission = admission
         self.versions = versions
         self.table = table
@@ -142,36 +139,34 @@ class DataPlane:
             trace=span.carrier,
         )
         future = self.replies.expect(request_id)
+        call = admission_call(
+            model=model,
+            version=number,
+            priority=ticket.priority,
+            request_id=request_id,
+            now_ms=now,
+            deadline_ms=deadline,
+            gone_ms=self._gone_ms,
+            max_queue_size=ticket.max_queue_size,
+            header=envelope.encode(header),
+            data=envelope.encode(payload),
+        )
         try:
-            admitted = await self._enqueue(
-                keys=[
-                    keys.ready(model, number),
-                    keys.request_stream(model, number, ticket.priority),
-                ],
-                args=[
-                    now,
-                    ticket.max_queue_size,
-                    envelope.encode(header),
-                    envelope.encode(payload),
-                ],
-            )
-            if admitted < 0:
-                metrics.record_rejected(
-                    tenant.name if tenant else None, model, _ADMISSION[admitted]
-                )
-            if admitted == -1:
-                raise unavailable(
-                    f"no live worker serves model '{model}' version {number}; start a worker "
-                    f"for backend '{config.backend}'"
-                )
-            if admitted == -2:
-                raise unavailable(
-                    f"Exceeds maximum queue size ({ticket.max_queue_size}) for model '{model}' "
-                    f"priority {ticket.priority}"
-                )
+            # The deadline bounds the whole exchange with Redis: the enqueue as well as the wait.
             timeout_s = (deadline - now) / 1000 + _GRACE_S
             try:
-                reply = await asyncio.wait_for(future, timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    admitted = await self._enqueue(keys=call.keys, args=call.args)
+                    self._refuse(
+                        admitted,
+                        model,
+                        number,
+                        ticket.max_queue_size,
+                        ticket.priority,
+                        tenant,
+                        config.backend,
+                    )
+                    reply = await future
             except TimeoutError:
                 raise ConchError(
                     ErrorCode.DEADLINE_EXCEEDED,
@@ -192,6 +187,31 @@ class DataPlane:
         if reply.error_code:
             raise ConchError(ErrorCode(reply.error_code), reply.error)
         return InferOutcome(reply, valid, number)
+
+    @staticmethod
+    def _refuse(
+        admitted: int,
+        model: str,
+        number: int,
+        max_queue_size: int,
+        priority: int,
+        tenant: Tenant | None,
+        backend: str,
+    ) -> None:
+        """Raise the refusal the admission script answered, if it refused."""
+        if admitted >= 0:
+            return
+        metrics.record_rejected(tenant.name if tenant else None, model, _ADMISSION[admitted])
+        if admitted == NO_WORKER:
+            raise unavailable(
+                f"no live worker serves model '{model}' version {number}; start a worker "
+                f"for backend '{backend}'"
+            )
+        if admitted == QUEUE_FULL:
+            raise unavailable(
+                f"Exceeds maximum queue size ({max_queue_size}) for model '{model}' "
+                f"priority {priority}"
+            )
 
     def _send_shadow(
         self, model: str, version: int, primary: int, parsed: ParsedRequest, tenant: Tenant | None
@@ -252,7 +272,7 @@ class DataPlane:
             log.exception("could not record a shadow outcome", extra={"model": model})
 
 
-_ADMISSION = {-1: "no_worker", -2: "queue_full"}
+_ADMISSION = {NO_WORKER: "no_worker", QUEUE_FULL: "queue_full"}
 _REASONS = {
     ErrorCode.RESOURCE_EXHAUSTED: "rate_limited",
     ErrorCode.UNAUTHENTICATED: "unauthenticated",

@@ -17,6 +17,15 @@ class GatewaySettings(Settings, kw_only=True):
     # Every request is answered by this deadline at the latest (a `timeout` parameter may lower
     # how long it may wait in the queue, never raise this).
     default_timeout_ms: int = 30_000
+    # Admission refuses at once ("no live worker") only when no worker of the version has been
+    # ready within this bound; a heartbeat that is merely late queues the request instead.
+    gone_bound_ms: int = 30_000
+    # Inference requests one gateway process holds at once; more are answered 503 at once.
+    # 0: no cap.
+    max_in_flight: int = 2_048
+    # Largest request body, and largest body after Content-Encoding is undone (413 beyond it);
+    # gRPC's message size limits are set to the same figure.
+    max_request_bytes: int = 64 * 1024 * 1024
     heartbeat_interval_ms: int = 1_000
     heartbeat_ttl_ms: int = 3_000
     # How often the model table (configs, ready versions) is re-read from Redis.

@@ -50,6 +50,8 @@ class GatewayState:
             settings.default_timeout_ms,
             Admission(self.tenants, RateLimiter(self.redis)),
             VersionRouter(self.table, self.traffic),
+            gone_ms=settings.gone_bound_ms,
+            max_in_flight=settings.max_in_flight,
         )
         self.admin = AdminStore(self.redis)
         self.repository = RepositoryControl(self.redis, self.table, settings.control_timeout_s)

@@ -56,6 +56,18 @@ def batch_stream(model: str, version: int) -> str:
     return f"{_model(model)}:batch:{version}"
 
 
+def admitted(model: str, request_id: str) -> str:
+    """STRING set by the admission script while the request may still run: a retried admission
+    of the same request id queues nothing (expires at the request's deadline)."""
+    return f"{_model(model)}:admitted:{request_id}"
+
+
+def dead_letters(model: str) -> str:
+    """STREAM of the model's entries that could not be decoded or executed within the delivery
+    bound (request and batch entries alike), each with the reason; capped."""
+    return f"{_model(model)}:dead"
+
+
 def batch_done_channel(model: str, version: int) -> str:
     """Pub/sub channel on which workers announce each finished batch of a (model, version)."""
     return f"{_model(model)}:done:{version}"

@@ -3,13 +3,21 @@
 Commands are packed by hiredis, which replaces redis-py's ``Connection.pack_command``: not a
 public extension point, so redis-py is pinned (pyproject.toml) and importing this module fails
 with both versions named when another redis-py is installed or the method is gone.
+
+Every call has a bound: a socket timeout above the longest blocking read (``block=`` of 1 s at
+most), a health check on connections idle for a few seconds, and TCP keepalive. A connection
+that went half-open (its peer gone without a FIN, a stalled proxy) times out, is dropped and
+replaced on the next call, in seconds rather than after the kernel's two-hour keepalive.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
 from importlib import metadata
 
 import hiredis
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.connection import (
     AbstractConnection,
@@ -22,6 +30,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 # The redis-py release the hook below was checked against; pyproject.toml pins the same.
 REDIS_PY_VERSION = "8.1.0"
@@ -40,11 +49,12 @@ def check_redis_py(installed: str, connection_class: type = AbstractConnection) 
             f"but redis-py {installed} is installed: install redis=={REDIS_PY_VERSION} (as "
             "pyproject.toml pins it), or check the hook against this release and move both pins"
         )
-    if not callable(vars(connection_class).get("pack_command")):
-        raise RedisPyMismatch(
-            f"redis-py {installed} has no {connection_class.__name__}.pack_command, the method "
-            "shared.redis_conn replaces; the hook needs rewriting for this release"
-        )
+    for method in ("pack_command", "send_packed_command", "_send_packed_command"):
+        if not callable(vars(connection_class).get(method)):
+            raise RedisPyMismatch(
+                f"redis-py {installed} has no {connection_class.__name__}.{method}, a method "
+                "shared.redis_conn replaces or calls; the hook needs rewriting for this release"
+            )
 
 
 check_redis_py(metadata.version("redis"))
@@ -67,6 +77,33 @@ class _HiredisPacking:
         except TypeError as exc:
             raise DataError(str(exc)) from exc
 
+    async def send_packed_command(  # type: ignore[no-untyped-def]
+        self, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        """redis-py's, with the write bounded by ``asyncio.timeout`` rather than
+        ``asyncio.wait_for``: on Python 3.11 a cancellation landing inside ``wait_for`` can be
+        swallowed (CPython gh-86296), and a service that cannot be cancelled cannot stop."""
+        if not self.is_connected:
+            await self.connect_check_health(check_health=False)
+        if check_health:
+            await self.check_health()
+        if isinstance(command, str):
+            command = command.encode()
+        if isinstance(command, bytes):
+            command = [command]
+        try:
+            async with asyncio.timeout(self.socket_timeout):
+                await self._send_packed_command(command)
+        except TimeoutError:
+            await self.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout writing to socket") from None
+        except OSError as exc:
+            await self.disconnect(nowait=True)
+            raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
+        except BaseException:
+            await self.disconnect(nowait=True)
+            raise
+
 
 class HiredisPackedConnection(_HiredisPacking, Connection):
     """TCP."""
@@ -87,16 +124,21 @@ _PACKED = {
 }
 
 
-# No per-command socket timeout: on Python 3.11, redis-py's asyncio.wait_for around each
-# command can swallow a task's cancellation (CPython gh-86296), and a service that cannot be
-# cancelled cannot stop cleanly. Dead connections are found by health checks and TCP keepalive.
+# Seconds any one Redis reply may take. Above every blocking read's ``block`` (1 s at most) and
+# far above any command's own time; a half-open connection is given up after this.
+SOCKET_TIMEOUT_S = 5.0
+# A pooled connection idle longer than this is PINGed before its next command.
+HEALTH_CHECK_INTERVAL_S = 5
+
+
 def _options(url: str, **kwargs: object) -> dict[str, object]:
     """Connection-pool arguments: ours, then the URL's (which win, as in ``from_url``), with the
     connection class swapped for its hiredis-packing twin. ``from_url`` itself would replace a
     given class with a plain one for ``unix://`` and ``rediss://`` URLs."""
     options: dict[str, object] = {
-        "socket_timeout": None,
+        "socket_timeout": SOCKET_TIMEOUT_S,
         "socket_connect_timeout": 5,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
         # A pooled connection that died with its server (a Redis restart) is replaced and the
         # command sent again, instead of failing the request that happened to draw it.
         "retry": Retry(ExponentialBackoff(cap=0.2, base=0.01), 2),
@@ -119,7 +161,6 @@ def connect(url: str, *, max_connections: int = 64, name: str = "conch") -> aior
             url,
             max_connections=max_connections,
             timeout=10,
-            health_check_interval=30,
             client_name=name,
         )
     )
@@ -132,3 +173,20 @@ def dedicated(url: str, *, name: str = "conch-blocking") -> aioredis.Redis:
     client = aioredis.Redis(connection_pool=pool, single_connection_client=True)
     client.auto_close_connection_pool = True  # as from_url does: aclose() closes the pool too
     return client
+
+
+def sync_client(url: str, *, name: str = "conch-sync") -> redis.Redis:
+    """A synchronous single-connection client with the same bounds, for a thread of its own
+    (heartbeats) that must keep going while the event loop is blocked."""
+    options: dict[str, object] = {}
+    if not url.startswith("unix:"):
+        options["socket_keepalive"] = True
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=5,
+        health_check_interval=HEALTH_CHECK_INTERVAL_S,
+        client_name=name,
+        single_connection_client=True,
+        **options,  # type: ignore[arg-type]
+    )

@@ -1,8 +1,11 @@
-"""The gateway's atomic admission script (gateway.dataplane.ENQUEUE_LUA) on a real redis-server.
+"""The gateway's atomic admission script (gateway.admission_script.ENQUEUE_LUA) on a real
+redis-server.
 
-KEYS: the version's readiness set, the request stream. ARGV: now (ms), max queue size (0: no
-limit), the encoded header, the encoded request. Returns -1 when no live worker serves the
-version, -2 when the queue is full, 1 after adding an entry with fields ``h`` and ``d``.
+KEYS: the version's readiness set, the request stream, the request's admission record. ARGV: the
+oldest readiness expiry (ms) that counts as live, max queue size (0: no limit), the encoded
+header, the encoded request, how long to keep the admission record. Returns -1 when no live
+worker serves the version, -2 when the queue is full, 1 after adding an entry with fields ``h``
+and ``d`` (or when the same request id was admitted already: nothing is added twice).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.dataplane import ENQUEUE_LUA
+from gateway.admission_script import ENQUEUE_LUA, admission_call
 from gateway.enqueue import CoalescedScript
 from shared import clock, envelope, keys, readiness, streams
 from shared.envelope import InferRequest, RequestHeader, Tensor
@@ -62,7 +65,12 @@ def enqueue(request: pytest.FixtureRequest, aredis: aioredis.Redis):
     async def call(n: int = 0, max_queue: int = 0, now: int | None = None) -> int:
         header, data = payload(n)
         now = clock.now_ms() if now is None else now
-        return int(await script(keys=[READY, STREAM], args=[now, max_queue, header, data]))
+        return int(
+            await script(
+                keys=[READY, STREAM, keys.admitted(MODEL, f"r{n}")],
+                args=[now, max_queue, header, data, 10_000],
+            )
+        )
 
     return call
 
@@ -188,7 +196,77 @@ async def test_coalesced_calls_share_a_pipeline_and_survive_a_script_flush(aredi
     script = CoalescedScript(aredis, ENQUEUE_LUA)
     await aredis.script_flush()  # the first pipeline meets NOSCRIPT and must recover
     results = await asyncio.gather(
-        *(script([READY, STREAM], [clock.now_ms(), 30, *payload(n)]) for n in range(40))
+        *(
+            script(
+                [READY, STREAM, keys.admitted(MODEL, f"r{n}")],
+                [clock.now_ms(), 30, *payload(n), 10_000],
+            )
+            for n in range(40)
+        )
     )
     assert sorted(results) == [-2] * 10 + [1] * 30
     assert await aredis.xlen(STREAM) == 30
+
+
+# --- issue 12: generous liveness, idempotent admission -----------------------------------------
+
+
+def _call(n: int, now: int, gone_ms: int, max_queue: int = 0):  # type: ignore[no-untyped-def]
+    header, data = payload(n)
+    return admission_call(
+        model=MODEL,
+        version=VERSION,
+        priority=PRIORITY,
+        request_id=f"r{n}",
+        now_ms=now,
+        deadline_ms=now + 10_000,
+        gone_ms=gone_ms,
+        max_queue_size=max_queue,
+        header=header,
+        data=data,
+    )
+
+
+async def test_a_late_heartbeat_queues_the_request_instead_of_refusing_it(
+    aredis: aioredis.Redis,
+) -> None:
+    """A worker whose readiness expired 5 s ago (a frozen process, a starved machine) is late,
+    not gone: the request waits for it and its deadline decides (before: 503 at once)."""
+    script = aredis.register_script(ENQUEUE_LUA)
+    await ready_worker(aredis, ttl_ms=1_000)
+    later = clock.now_ms() + 6_000
+    call = _call(1, later, gone_ms=30_000)
+    assert await script(keys=call.keys, args=call.args) == 1
+    assert await aredis.xlen(STREAM) == 1
+
+
+async def test_a_worker_gone_for_longer_than_the_bound_is_refused_at_once(
+    aredis: aioredis.Redis,
+) -> None:
+    script = aredis.register_script(ENQUEUE_LUA)
+    await ready_worker(aredis, ttl_ms=1_000)
+    much_later = clock.now_ms() + 40_000
+    call = _call(1, much_later, gone_ms=30_000)
+    assert await script(keys=call.keys, args=call.args) == -1
+    assert await aredis.exists(STREAM) == 0
+
+
+async def test_a_worker_that_left_cleanly_is_refused_at_once(aredis: aioredis.Redis) -> None:
+    script = aredis.register_script(ENQUEUE_LUA)
+    await ready_worker(aredis)
+    await readiness.unmark_ready(aredis, "worker-1", [(MODEL, VERSION)])
+    call = _call(1, clock.now_ms(), gone_ms=30_000)
+    assert await script(keys=call.keys, args=call.args) == -1
+
+
+async def test_the_same_request_admitted_twice_is_queued_once(aredis: aioredis.Redis) -> None:
+    """redis-py sends a pipeline again when the connection drops after it went out: the second
+    admission of the same request id must not queue it again (before: two entries)."""
+    script = aredis.register_script(ENQUEUE_LUA)
+    await ready_worker(aredis)
+    call = _call(1, clock.now_ms(), gone_ms=30_000)
+    assert await script(keys=call.keys, args=call.args) == 1
+    assert await script(keys=call.keys, args=call.args) == 1
+    assert await aredis.xlen(STREAM) == 1
+    ttl = await aredis.pttl(keys.admitted(MODEL, "r1"))
+    assert 0 < ttl <= 10_000  # kept until the request's deadline, then gone
