@@ -17,7 +17,13 @@ from tests.chaos.chaos_mesh import GATEWAYS, ChaosMesh
 from tests.chaos.faults import Struck
 from tests.chaos.ledger import Ledger
 from tests.chaos.load import Load, Mix
-from tests.chaos.verdict import Verdict, dead_letters, judge, orphans_after_settling
+from tests.chaos.verdict import (
+    Verdict,
+    judge,
+    model_streams,
+    orphans_after_settling,
+    stream_figures,
+)
 
 # Unique request ids for the whole session (the ledger is shared by every run on a mesh).
 NUMBERS = itertools.count(int(time.time()) % 100_000 * 1_000_000)
@@ -48,7 +54,7 @@ def run_fault(
     """``rounds`` strikes of ``fault`` under one steady load, ``after_s`` apart."""
     heal(mesh)
     inspect = mesh.inspect()
-    dead_before = dead_letters(inspect)
+    streams_before = stream_figures(inspect)
     load = Load(mesh.url, rate, NUMBERS, Mix()).start()
     began = time.monotonic()
     struck: list[Struck] = []
@@ -60,7 +66,8 @@ def run_fault(
     finally:
         load.stop()
     seconds = time.monotonic() - began
-    orphans = orphans_after_settling(inspect, dead_before)
+    orphans = orphans_after_settling(inspect, streams_before)
+    left = {k: v for k, v in model_streams(inspect).items() if any(v)}
     inspect.close()
     verdict = judge(
         name,
@@ -73,6 +80,10 @@ def run_fault(
         note="; ".join(sorted({s.note for s in struck if s.note}))
         + (f"; {rounds} strikes" if rounds > 1 else ""),
     )
+    if any(orphans.values()):
+        verdict.examples["streams left"] = [
+            f"{k}: {n} entries, {p} pending" for k, (n, p) in left.items()
+        ]
     record(verdict, kind="fault")
     return verdict
 

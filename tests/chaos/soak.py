@@ -23,7 +23,13 @@ from tests.chaos.faults import FAULTS
 from tests.chaos.ledger import Ledger
 from tests.chaos.load import Load, Mix
 from tests.chaos.scenario import NUMBERS, heal, record
-from tests.chaos.verdict import Verdict, dead_letters, judge, orphans_after_settling
+from tests.chaos.verdict import (
+    Verdict,
+    judge,
+    model_streams,
+    orphans_after_settling,
+    stream_figures,
+)
 
 TENANTS = {"gold": 1, "bronze": 3}  # tenant -> its priority level
 RSS_GROWTH_LIMIT = 0.10
@@ -153,7 +159,7 @@ def run_soak(mesh: ChaosMesh, total: int, rate: float, fault_gap_s: float, seed:
     time.sleep(1)
     baseline = redis_keys(mesh)
     inspect = mesh.inspect()
-    dead_before = dead_letters(inspect)
+    streams_before = stream_figures(inspect)
     sampler = Sampler(mesh).start()
     load = Load(mesh.url, rate, NUMBERS, mix, max_requests=total, seed=seed).start()
     began = time.monotonic()
@@ -178,7 +184,8 @@ def run_soak(mesh: ChaosMesh, total: int, rate: float, fault_gap_s: float, seed:
         load.stop()
         ended = time.monotonic()
         sampler.stop()
-    orphans = orphans_after_settling(inspect, dead_before)
+    orphans = orphans_after_settling(inspect, streams_before)
+    left = {k: v for k, v in model_streams(inspect).items() if any(v)}
     inspect.close()
     keys_after, extra = keys_after_traffic(mesh, baseline)
     verdict = judge(
@@ -191,6 +198,10 @@ def run_soak(mesh: ChaosMesh, total: int, rate: float, fault_gap_s: float, seed:
         rate,
         note=f"{len(struck)} faults at random moments",
     )
+    if any(orphans.values()):
+        verdict.examples["streams left"] = [
+            f"{k}: {n} entries, {p} pending" for k, (n, p) in left.items()
+        ]
     report = SoakReport(
         verdict, sampler.growth(warm_end, began, ended), len(baseline), keys_after, extra, struck
     )

@@ -125,22 +125,25 @@ def model_streams(client: redis.Redis) -> dict[str, tuple[int, int]]:
     return found
 
 
-def dead_letters(client: redis.Redis) -> int:
-    return sum(n for k, (n, _) in model_streams(client).items() if k.endswith(":dead"))
+def stream_figures(client: redis.Redis) -> dict[str, int]:
+    streams = model_streams(client)
+    return {
+        "queued": sum(n for k, (n, _) in streams.items() if not k.endswith(":dead")),
+        "pending": sum(p for _, (_, p) in streams.items()),
+        "dead-lettered": sum(n for k, (n, _) in streams.items() if k.endswith(":dead")),
+    }
 
 
 def orphans_after_settling(
-    client: redis.Redis, dead_before: int, timeout_s: float = 60.0
+    client: redis.Redis, before: dict[str, int], timeout_s: float = 60.0
 ) -> dict[str, int]:
-    """Wait until the model's request and batch streams are empty, or report what stays:
-    queued entries, pending entries and new dead letters (none may remain once traffic
-    ended)."""
+    """Wait until the model's streams hold no more queued or pending entries than before the
+    run (zero, unless an earlier run left some), or report what stays: queued entries, pending
+    entries and dead letters this run added (none may remain once its traffic ended)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        streams = model_streams(client)
-        queued = sum(n for k, (n, _) in streams.items() if not k.endswith(":dead"))
-        pending = sum(p for _, (_, p) in streams.items())
-        dead = sum(n for k, (n, _) in streams.items() if k.endswith(":dead")) - dead_before
-        if (queued == 0 and pending == 0) or time.monotonic() > deadline:
-            return {"queued": queued, "pending": pending, "dead-lettered": dead}
+        now = stream_figures(client)
+        added = {k: max(0, now[k] - before.get(k, 0)) for k in now}
+        if (added["queued"] == 0 and added["pending"] == 0) or time.monotonic() > deadline:
+            return added
         time.sleep(0.5)
