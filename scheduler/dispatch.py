@@ -1,21 +1,39 @@
-"""Sending a batch: one transaction puts it on the batch stream and takes its requests off theirs.
+"""Sending a batch: one script puts it on the batch stream and takes its requests off theirs.
 
-The batch is added to the version's batch stream and its requests acked and deleted from the
-request streams in one MULTI, so a request is either still queued or in exactly one batch. The
-same transaction reads the batch stream's length: the backlog the workers have yet to take.
+The script (``shared.fencing.DISPATCH_LUA``) first checks that every chosen request entry is
+still pending for this scheduler, then adds the batch and acks and deletes the entries, all or
+nothing: a request is either still queued or in exactly one batch. A dispatch sent twice (redis-py
+repeats a command whose connection dropped after it went out) finds its entries gone the second
+time and adds nothing; a scheduler that was frozen while another claimed its entries cannot send
+them again. The same script returns the batch stream's length: the backlog the workers have yet
+to take.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError
 
 from scheduler.pending import Pending
-from shared import envelope, keys, tracing
+from shared import envelope, tracing
 from shared.envelope import Batch
+from shared.fencing import DISPATCH_LUA, dispatch_args
 from shared.ids import new_id
+
+_DISPATCH_SHA = hashlib.sha1(DISPATCH_LUA.encode()).hexdigest()
+
+
+@dataclass
+class Sent:
+    # The batch stream's length after the dispatch (when sent).
+    backlog: int = 0
+    # Chosen requests that are no longer this scheduler's: nothing was sent.
+    not_ours: list[Pending] = field(default_factory=list)
 
 
 def new_batch(model: str, version: int, chosen: list[Pending]) -> Batch:
@@ -31,24 +49,25 @@ def new_batch(model: str, version: int, chosen: list[Pending]) -> Batch:
     )
 
 
-async def send(r: aioredis.Redis, batch_stream: str, batch: Batch, chosen: list[Pending]) -> int:
-    """Send the batch (one MULTI); returns the batch stream's length after it."""
+async def send(
+    r: aioredis.Redis, batch_stream: str, batch: Batch, chosen: list[Pending], consumer: str
+) -> Sent:
+    """Send the batch (one script, one round trip) unless some request is no longer ours."""
     by_stream: dict[bytes, list[bytes]] = defaultdict(list)
     for p in chosen:
         by_stream[p.stream].append(p.entry_id)
-    async with r.pipeline(transaction=True) as pipe:
-        pipe.xadd(batch_stream, {keys.FIELD_DATA: envelope.encode(batch)})
-        ack_delete(pipe, by_stream)
-        pipe.xlen(batch_stream)
-        results = await pipe.execute()
-    return int(results[-1])
-
-
-def ack_delete(pipe: aioredis.client.Pipeline, by_stream: dict[bytes, list[bytes]]) -> None:
-    """Take request entries off their streams: acked for the scheduler group, then deleted."""
-    for stream, ids in by_stream.items():
-        pipe.xack(stream, keys.SCHEDULER_GROUP, *ids)
-        pipe.xdel(stream, *ids)
+    script_keys, args = dispatch_args(batch_stream, consumer, envelope.encode(batch), by_stream)
+    try:
+        result = await r.evalsha(_DISPATCH_SHA, len(script_keys), *script_keys, *args)
+    except NoScriptError:  # a Redis restarted or flushed: the full text once, cached again
+        result = await r.eval(DISPATCH_LUA, len(script_keys), *script_keys, *args)
+    if int(result[0]) >= 0:
+        return Sent(backlog=int(result[0]))
+    streams = list(by_stream)
+    missing = {
+        (streams[int(result[i]) - 1], bytes(result[i + 1])) for i in range(1, len(result), 2)
+    }
+    return Sent(not_ours=[p for p in chosen if (p.stream, p.entry_id) in missing])
 
 
 def trace_queued(model: str, version: int, chosen: list[Pending], queue_ns: list[int]) -> None:

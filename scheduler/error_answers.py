@@ -1,8 +1,10 @@
 """Answering queued requests with an error, and taking them off their request streams.
 
-The replies, the ack and delete of the entries and the failure count in the stats hash go out
-in one MULTI, so a request is answered exactly when it leaves its stream. The failure is counted
-with Triton's reason: a scheduler timeout is REJECTED, a delivery limit OTHER.
+The replies go to the gateways' reply streams first, then one fenced script
+(``shared.fencing.FENCED_ACK_MANY_LUA``) acks and deletes the entries this scheduler still owns
+and counts them in the stats hash, all in one round trip. A crash between the two leaves the
+entries pending: they are answered again later, and the gateway keeps only the first answer. The
+failure is counted with Triton's reason: a scheduler timeout is REJECTED, a delivery limit OTHER.
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ from collections import defaultdict
 
 import redis.asyncio as aioredis
 
-from scheduler.dispatch import ack_delete
 from shared import envelope, keys, metrics
 from shared.envelope import RequestHeader
 from shared.errors import ErrorCode
+from shared.fencing import queue_fenced_ack_many
 from shared.publish import queue_replies
 
 log = logging.getLogger(__name__)
@@ -28,27 +30,31 @@ async def answer_errors(
     items: list[tuple[RequestHeader, bytes, bytes]],
     messages: list[str],
     code: ErrorCode,
-) -> None:
-    """Answer requests ``(header, stream, entry id)`` with an error, one message each."""
+    consumer: str,
+) -> int:
+    """Answer requests ``(header, stream, entry id)`` with an error, one message each; returns
+    how many were still this scheduler's (acked and counted)."""
     by_stream: dict[bytes, list[bytes]] = defaultdict(list)
+    for _, stream, entry_id in items:
+        by_stream[stream].append(entry_id)
     reason = metrics.REJECTED if code == ErrorCode.UNAVAILABLE else metrics.OTHER
-    async with r.pipeline(transaction=True) as pipe:
-        pipe.hincrby(keys.stats(model, version), "fail_count", len(items))
+    async with r.pipeline(transaction=False) as pipe:
         queue_replies(
             pipe,
             (
-                (
-                    h.reply_to,
-                    envelope.error_reply(h.id, model, version, code.value, msg),
-                )
+                (h.reply_to, envelope.error_reply(h.id, model, version, code.value, msg))
                 for (h, _, _), msg in zip(items, messages, strict=True)
             ),
         )
-        for _, stream, entry_id in items:
-            by_stream[stream].append(entry_id)
-        ack_delete(pipe, by_stream)
-        await pipe.execute()
-    metrics.record_failures(model, version, reason, len(items))
+        queue_fenced_ack_many(
+            pipe, keys.stats(model, version), keys.SCHEDULER_GROUP, consumer, by_stream
+        )
+        results = await pipe.execute()
+    acked = int(results[-1])
+    if acked:
+        metrics.record_failures(model, version, reason, acked)
+    if acked < len(items):
+        metrics.record_late_result("scheduler", model, version, len(items) - acked)
     log.warning(
         "requests answered with an error by the scheduler",
         extra={
@@ -56,5 +62,7 @@ async def answer_errors(
             "version": version,
             "count": len(items),
             "reason": messages[0],
+            "request_ids": [h.id for h, _, _ in items],
         },
     )
+    return acked

@@ -3,7 +3,10 @@
 One blocking XREADGROUP covers all request streams; entries go to their version's queue, whose
 own task forms and dispatches batches. Several schedulers may run: the consumer group gives each
 entry to one of them, and the entries of a scheduler that dies are reclaimed by a live one once
-its heartbeat has expired.
+its heartbeat is older than the dead bound (heartbeats run on a thread of their own, so a busy
+event loop never looks dead). After a failed read or step a scheduler recovers its own pending
+entries (``scheduler.own_pending``); entries it cannot queue are answered and dead-lettered
+(``scheduler.poison``); the queues of versions no longer served are retired.
 """
 
 from __future__ import annotations
@@ -11,15 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
 
+from scheduler.intake import Intake
 from scheduler.settings import SchedulerSettings
 from scheduler.version_queue import VersionQueue
 from shared import (
-    envelope,
     heartbeats,
     keys,
     metrics,
@@ -28,8 +31,8 @@ from shared import (
     redis_conn,
     streams,
 )
-from shared.errors import ErrorCode
 from shared.health_http import HealthServer
+from shared.heartbeat_thread import HeartbeatThread
 from shared.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -47,18 +50,31 @@ class SchedulerService:
         self._rev = -1
         self._configs: dict[str, ModelConfig] = {}
         self._changed = asyncio.Event()
-        self._background: set[asyncio.Task[None]] = set()
+        # (model, version) -> when its version was first seen gone (monotonic s).
+        self._absent: dict[tuple[str, int], float] = {}
         self.ready = asyncio.Event()
+        self.intake = Intake(
+            self.redis, settings, self.id, self.queues, self._streams, self._changed
+        )
+        s = settings
+        self.heartbeat = HeartbeatThread(
+            s.redis_url,
+            "scheduler",
+            self.id,
+            ttl_ms=s.heartbeat_ttl_ms,
+            interval_ms=s.heartbeat_interval_ms,
+            info=lambda: {"pid": str(os.getpid()), "health_port": str(s.health_port)},
+        )
 
     async def run(self) -> None:
         health = HealthServer(self.settings.health_host, self.settings.health_port, self.ready)
         metrics.on_scrape(self._export)
         await health.start()
+        self.heartbeat.start()
         loops = [
             metrics.redis_rtt_probe(self.redis, "scheduler"),
-            self._heartbeat_loop(),
             self._refresh_loop(),
-            self._read_loop(),
+            self.intake.run(),
             self._reclaim_loop(),
             self._done_loop(),
         ]
@@ -69,25 +85,11 @@ class SchedulerService:
                 task.cancel()
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
             await health.stop()
+            await asyncio.to_thread(self.heartbeat.stop)
             try:
                 await heartbeats.deregister(self.redis, "scheduler", self.id)
             finally:
                 await self.redis.aclose()
-
-    async def _heartbeat_loop(self) -> None:
-        s = self.settings
-        info = {"pid": str(os.getpid()), "health_port": str(s.health_port)}
-        while True:
-            try:
-                await heartbeats.heartbeat(
-                    self.redis, "scheduler", self.id, info, s.heartbeat_ttl_ms
-                )
-            except Exception:
-                metrics.record_heartbeat("scheduler", False)
-                log.exception("scheduler heartbeat failed")
-            else:
-                metrics.record_heartbeat("scheduler", True)
-            await asyncio.sleep(s.heartbeat_interval_ms / 1000)
 
     async def _refresh_loop(self) -> None:
         while True:
@@ -109,6 +111,36 @@ class SchedulerService:
             for version, instances in versions.get(model, {}).items():
                 metrics.child(metrics.READY_INSTANCES, model, version).set(instances)
                 await self._ensure_queue(config, version, instances)
+        served = {(m, v) for m, found in versions.items() for v in found}
+        await self._retire_unserved(served)
+
+    async def _retire_unserved(self, served: set[tuple[str, int]]) -> None:
+        """Queues of versions gone from the fleet (unloaded: no longer in the model's version
+        set) for ``retire_after_ms`` are removed, with their read streams; what they still hold
+        is answered with an error. The delay rides out a Redis that restarted empty, whose
+        version sets the workers' heartbeats restore within a second."""
+        now = time.monotonic()
+        for key in list(self.queues):
+            if key in served:
+                self._absent.pop(key, None)
+                continue
+            since = self._absent.setdefault(key, now)
+            if now - since >= self.settings.retire_after_ms / 1000:
+                await self._retire(key)
+
+    async def _retire(self, key: tuple[str, int]) -> None:
+        queue = self.queues.pop(key)
+        task = self._tasks.pop(key)
+        while not task.done():  # a cancellation may be swallowed inside redis-py (gh-86296)
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.05)
+        for stream in [s for s, k in self._streams.items() if k == key]:
+            del self._streams[stream]
+        self._absent.pop(key, None)
+        self._changed.set()
+        model, version = key
+        await queue.retire(f"model '{model}' version {version} is no longer served")
+        log.info("stopped scheduling model version", extra={"model": model, "version": version})
 
     def _export(self) -> None:
         for queue in list(self.queues.values()):
@@ -132,6 +164,8 @@ class SchedulerService:
                 version,
                 self.settings.backlog_poll_us,
                 self.settings.queued_batches_per_instance,
+                consumer=self.id,
+                on_failure=self.intake.need_recovery,
             )
             self.queues[key] = queue
             for stream in request_streams:
@@ -141,84 +175,6 @@ class SchedulerService:
             self._changed.set()
             log.info("scheduling model version", extra={"model": config.name, "version": version})
         queue.update(config, instances)
-
-    async def _read_loop(self) -> None:
-        client: aioredis.Redis = redis_conn.dedicated(
-            self.settings.redis_url, name="conch-scheduler-read"
-        )
-        try:
-            while True:
-                if not self._streams:
-                    self._changed.clear()
-                    await self._changed.wait()
-                    continue
-                request = {stream: b">" for stream in self._streams}
-                try:
-                    reply = await client.xreadgroup(
-                        keys.SCHEDULER_GROUP,
-                        self.id,
-                        request,
-                        count=self.settings.read_count,
-                        block=250,
-                    )
-                except asyncio.CancelledError:
-                    raise
-                except ResponseError as exc:
-                    if "NOGROUP" not in str(exc):
-                        log.exception("request stream read failed; retrying")
-                        await asyncio.sleep(0.2)
-                        continue
-                    log.warning("request stream groups missing (redis restarted?); recreating")
-                    try:
-                        await streams.ensure_groups(
-                            self.redis, [s.decode() for s in self._streams], keys.SCHEDULER_GROUP
-                        )
-                    except Exception as error:  # Redis still coming back: the next read retries
-                        log.warning("could not recreate groups yet", extra={"error": str(error)})
-                        await asyncio.sleep(0.2)
-                    continue
-                except Exception:
-                    log.exception("request stream read failed; retrying")
-                    await asyncio.sleep(0.2)
-                    continue
-                for entry in streams.parse_read(reply):
-                    self._accept_safely(entry)
-        finally:
-            await client.aclose()
-
-    def _accept_safely(self, entry: streams.Entry) -> None:
-        """One malformed entry must not stop the read loop; it stays pending and is logged."""
-        try:
-            self._accept(entry)
-        except Exception:
-            log.exception("request entry rejected", extra={"stream": entry.stream.decode()})
-
-    def _accept(self, entry: streams.Entry) -> None:
-        key = self._streams.get(entry.stream)
-        queue = self.queues.get(key) if key else None
-        raw_header = entry.fields.get(keys.FIELD_HEADER)
-        data = entry.fields.get(keys.FIELD_DATA)
-        if queue is None or raw_header is None or data is None:
-            log.error("malformed request entry", extra={"stream": entry.stream.decode()})
-            return
-        header = envelope.decode_header(raw_header)
-        if entry.deliveries > 1:
-            metrics.child(metrics.REDELIVERED, "scheduler", *key).inc()
-        if entry.deliveries > self.settings.max_deliveries:
-            task = asyncio.create_task(
-                queue.answer_errors(
-                    [(header, entry.stream, entry.entry_id)],
-                    [
-                        f"request was delivered {entry.deliveries - 1} times to schedulers that "
-                        f"died; giving up after {self.settings.max_deliveries}"
-                    ],
-                    ErrorCode.INTERNAL,
-                )
-            )
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-            return
-        queue.add(header, entry.stream, entry.entry_id, data)
 
     async def _done_loop(self) -> None:
         """Workers announce finished batches: the held-back batch of that version may go."""
@@ -255,15 +211,25 @@ class SchedulerService:
     async def _reclaim_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.reclaim_interval_ms / 1000)
+            s = self.settings
             try:
-                live = await heartbeats.live_ids(self.redis, "scheduler")
+                live = await heartbeats.not_dead_ids(
+                    self.redis, "scheduler", s.dead_bound_ms, s.heartbeat_ttl_ms
+                )
                 live.add(self.id)
                 for stream in list(self._streams):
                     for entry in await streams.reclaim_dead(
-                        self.redis, stream.decode(), keys.SCHEDULER_GROUP, self.id, live
+                        self.redis,
+                        stream.decode(),
+                        keys.SCHEDULER_GROUP,
+                        self.id,
+                        live,
+                        min_idle_ms=s.dead_bound_ms,
                     ):
-                        metrics.child(metrics.RECLAIMED, "scheduler", *self._streams[stream]).inc()
-                        self._accept_safely(entry)
+                        key = self._streams.get(stream)
+                        if key is not None:
+                            metrics.child(metrics.RECLAIMED, "scheduler", *key).inc()
+                        self.intake.accept(entry)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -17,6 +17,11 @@ class SchedulerSettings(Settings, kw_only=True):
     read_count: int = 512
     # How often pending entries of dead schedulers are looked for.
     reclaim_interval_ms: int = 1_000
+    # A scheduler is dead, and its pending entries may be claimed, once its last heartbeat is
+    # this old; entries are claimed only when idle this long. Well above a 5 s freeze.
+    dead_bound_ms: int = 10_000
+    # The queue of a version gone from the fleet (unloaded) is removed after this long.
+    retire_after_ms: int = 5_000
     # An entry delivered more often than this is answered with an error instead of retried.
     max_deliveries: int = 3
     # Batches queued per live instance beside the one it executes. 0 is Triton's behaviour: the

@@ -2,7 +2,10 @@
 
 Requests read from the priority streams wait here (``scheduler.pending``). A task per queue
 answers the ones that may no longer wait (``scheduler.expiry``), asks the pure batcher
-(``scheduler.batcher``) what to send, and sends it in one transaction (``scheduler.dispatch``).
+(``scheduler.batcher``) what to send, and sends it in one fenced script (``scheduler.dispatch``).
+A request leaves this queue only once the write that takes it off its stream succeeded: after a
+failed step everything is still here and the step runs again, and the service re-reads this
+scheduler's own pending entries (``on_failure``) in case a read's answer was lost.
 
 Batches are held back while the workers already have enough queued: the pending batch keeps
 growing (up to max_batch_size) while every instance is busy, as Triton's payload does.
@@ -14,14 +17,14 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
 from scheduler.batcher import BatchPolicy, decide
 from scheduler.dispatch import new_batch, send, trace_queued
 from scheduler.error_answers import answer_errors
-from scheduler.expiry import next_expiry_s, sort_out
-from scheduler.pending import PendingRequests
+from scheduler.pending import Pending, PendingRequests
 from shared import keys, metrics, tracing
 from shared.envelope import RequestHeader
 from shared.errors import ErrorCode
@@ -49,8 +52,14 @@ class VersionQueue:
         version: int,
         backlog_poll_us: int,
         queued_per_instance: int,
+        *,
+        consumer: str,
+        on_failure: Callable[[], None] | None = None,
     ):
         self._redis = r
+        # This scheduler's name in the consumer group: what it owns is pending under it.
+        self.consumer = consumer
+        self._on_failure = on_failure
         self.model = config.name
         self.version = version
         self.policy = policy_for(config)
@@ -83,6 +92,9 @@ class VersionQueue:
         if self._pending.add(header, stream, entry_id, data):
             self._arrived.set()
 
+    def holds(self, stream: bytes, entry_id: bytes) -> bool:
+        return self._pending.holds(stream, entry_id)
+
     def __len__(self) -> int:
         return len(self._pending)
 
@@ -105,16 +117,27 @@ class VersionQueue:
                 raise
             except Exception:
                 log.exception("queue step failed", extra={"model": self.model})
+                if self._on_failure is not None:
+                    self._on_failure()
                 await asyncio.sleep(0.1)
+
+    def _head_size(self) -> int:
+        """How many requests the batcher may look at: one more than can fit a batch, so it
+        sees where the batch would stop."""
+        policy = self.policy
+        if policy.enabled and policy.max_batch_size > 0:
+            return policy.max_batch_size + 1
+        return 1
 
     async def _step(self) -> None:
         await self._expire()
         now_us = time.monotonic() * 1e6
-        decision = decide(self._pending.items, now_us, self.policy)
+        head = self._pending.head(self._head_size())
+        decision = decide(head, now_us, self.policy)
         held = False
         if decision.take:
             if self._backlog < self._limit:
-                await self._dispatch(decision.take)
+                await self._dispatch(head[: decision.take])
                 return
             held = True
             # Workers announce each finished batch (on_batch_done); the backlog is re-read only
@@ -129,8 +152,9 @@ class VersionQueue:
             timeout = self._backlog_poll_s
         elif decision.wake_at_us is not None:
             timeout = max(0.0, (decision.wake_at_us - now_us) / 1e6)
-        expiry = next_expiry_s(self._pending.items, time.time() * 1000)
-        if expiry is not None:
+        expiry_ms = self._pending.next_expiry_ms()
+        if expiry_ms is not None:
+            expiry = max(0.0, (expiry_ms - time.time() * 1000) / 1000) + 0.0005
             timeout = expiry if timeout is None else min(timeout, expiry)
         self._arrived.clear()
         if timeout is None:
@@ -146,20 +170,30 @@ class VersionQueue:
         self._arrived.set()
 
     async def _expire(self) -> None:
-        if not self._pending:
+        expired = self._pending.due(time.time() * 1000)
+        if not expired:
             return
-        keep, expired, moved = sort_out(self._pending.items, time.time() * 1000)
-        if not expired and not moved:
-            return
-        self._pending.retain(keep)
-        if expired:
+        try:
             await self.answer_errors(
                 [(i.header, i.stream, i.entry_id) for i, _ in expired],
                 [msg for _, msg in expired],
                 ErrorCode.UNAVAILABLE,
             )
-            for item, _ in expired:
-                self._pending.forget(item)
+        except BaseException:
+            self._pending.retry(expired)  # still held: answered at the next step
+            raise
+        self._pending.remove([item for item, _ in expired])
+
+    async def retire(self, message: str) -> None:
+        """The version is no longer served: answer every request still held with an error."""
+        held = self._pending.head(len(self._pending))
+        if held:
+            await self.answer_errors(
+                [(i.header, i.stream, i.entry_id) for i in held],
+                [message] * len(held),
+                ErrorCode.UNAVAILABLE,
+            )
+            self._pending.remove(held)
 
     async def answer_errors(
         self,
@@ -167,16 +201,29 @@ class VersionQueue:
         messages: list[str],
         code: ErrorCode,
     ) -> None:
-        """Answer requests with an error and remove them from their streams."""
-        await answer_errors(self._redis, self.model, self.version, items, messages, code)
+        """Answer requests with an error and remove them from their streams (those this
+        scheduler still owns)."""
+        await answer_errors(
+            self._redis, self.model, self.version, items, messages, code, self.consumer
+        )
 
-    async def _dispatch(self, take: int) -> None:
-        chosen = self._pending.take(take)
+    async def _dispatch(self, chosen: list[Pending]) -> None:
         batch = new_batch(self.model, self.version, chosen)
-        self._backlog = await send(self._redis, self.batch_stream, batch, chosen)
+        sent = await send(self._redis, self.batch_stream, batch, chosen, self.consumer)
+        if sent.not_ours:
+            # Claimed by another scheduler while this one was frozen, or already sent by a
+            # dispatch whose answer was lost: not this queue's any more. Decide again.
+            metrics.record_late_result("scheduler", self.model, self.version, len(sent.not_ours))
+            log.warning(
+                "requests no longer owned by this scheduler dropped from its queue",
+                extra={"model": self.model, "count": len(sent.not_ours)},
+            )
+            self._pending.remove(sent.not_ours)
+            return
+        self._backlog = sent.backlog
+        self._pending.remove(chosen)
         hist = self._queue_hist
         for p, ns in zip(chosen, batch.queue_ns, strict=True):
-            self._pending.forget(p)
             observe = hist.get(p.header.priority)
             if observe is None:
                 observe = hist[p.header.priority] = metrics.child(

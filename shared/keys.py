@@ -51,6 +51,19 @@ def request_stream(model: str, version: int, priority: int) -> str:
     return f"{_model(model)}:req:{version}:p{priority}"
 
 
+def parse_request_stream(name: str | bytes) -> tuple[str, int, int] | None:
+    """(model, version, priority) of a request stream's name, None for any other name."""
+    text = name.decode() if isinstance(name, bytes) else name
+    head = f"{PREFIX}:m:{{"
+    if not text.startswith(head) or "}:req:" not in text:
+        return None
+    model, _, rest = text[len(head) :].rpartition("}:req:")
+    version, _, level = rest.partition(":p")
+    if not (version.isdigit() and level.isdigit()):
+        return None
+    return model, int(version), int(level)
+
+
 def batch_stream(model: str, version: int) -> str:
     """STREAM of formed batches for one (model, version); read by the workers."""
     return f"{_model(model)}:batch:{version}"

@@ -7,11 +7,23 @@ expiry, so a worker that dies stops counting without anyone cleaning up after it
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import redis.asyncio as aioredis
 
 from shared import keys
 from shared.clock import now_ms
+
+
+def queue_ready(
+    pipe: Any, worker_id: str, versions: Mapping[tuple[str, int], int], ttl_ms: int
+) -> None:
+    """Queue this worker's readiness on a pipeline (asynchronous or synchronous)."""
+    expiry = now_ms() + ttl_ms
+    for (model, version), count in versions.items():
+        pipe.zadd(keys.ready(model, version), {worker_id: expiry})
+        pipe.hset(keys.instances(model, version), worker_id, count)
+        pipe.sadd(keys.model_versions(model), version)
 
 
 async def mark_ready(
@@ -21,12 +33,8 @@ async def mark_ready(
     ttl_ms: int,
 ) -> None:
     """Refresh this worker's readiness for each (model, version) -> instance count."""
-    expiry = now_ms() + ttl_ms
     async with r.pipeline(transaction=False) as pipe:
-        for (model, version), count in versions.items():
-            pipe.zadd(keys.ready(model, version), {worker_id: expiry})
-            pipe.hset(keys.instances(model, version), worker_id, count)
-            pipe.sadd(keys.model_versions(model), version)
+        queue_ready(pipe, worker_id, versions, ttl_ms)
         await pipe.execute()
 
 

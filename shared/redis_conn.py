@@ -168,8 +168,14 @@ def connect(url: str, *, max_connections: int = 64, name: str = "conch") -> aior
 
 
 def dedicated(url: str, *, name: str = "conch-blocking") -> aioredis.Redis:
-    """A single-connection client for a blocking read loop, so it never starves the pool."""
-    pool = aioredis.ConnectionPool(**_options(url, client_name=name))
+    """A single-connection client for a blocking read loop, so it never starves the pool.
+
+    It never sends a command again by itself: a consumer-group read whose answer was lost has
+    delivered its entries all the same, and the loop must hear of the failure to recover them
+    (a retry would read past them)."""
+    pool = aioredis.ConnectionPool(
+        **_options(url, client_name=name, retry=Retry(ExponentialBackoff(), 0))
+    )
     client = aioredis.Redis(connection_pool=pool, single_connection_client=True)
     client.auto_close_connection_pool = True  # as from_url does: aclose() closes the pool too
     return client

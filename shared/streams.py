@@ -2,8 +2,11 @@
 
 Delivery is at-least-once: an entry stays pending in its consumer group until the consumer acks
 it after publishing the outcome. A consumer that dies leaves its entries pending; a live consumer
-takes them over only once the dead one's heartbeat has expired, so work held by a slow but live
-consumer is never executed twice.
+takes them over only once the dead one's heartbeat is older than the *dead* bound (10 s by
+default, well above a scheduling hiccup or a 5 s freeze), and only entries idle for that long
+(``XCLAIM`` with min-idle-time): two reclaimers cannot both take an entry, because the first
+claim resets its idle time. The old owner, if it was only frozen, finds its ack fenced off
+(``shared.fencing``).
 """
 
 from __future__ import annotations
@@ -60,9 +63,15 @@ async def reclaim_dead(
     group: str,
     me: str,
     live: set[str],
+    min_idle_ms: int,
     count: int = 100,
 ) -> list[Entry]:
-    """Claim the pending entries of consumers that are no longer live; drop empty dead ones."""
+    """Claim the entries of consumers not in ``live`` that have been idle ``min_idle_ms``;
+    drop dead consumers with nothing pending.
+
+    ``live``: the consumers whose heartbeat is within the dead bound. An entry another reclaimer
+    claimed a moment ago is no longer idle and stays with it. Entries deleted while pending are
+    dropped from the pending list by XCLAIM itself (Redis 7)."""
     try:
         consumers = await r.xinfo_consumers(stream, group)
     except ResponseError:
@@ -76,23 +85,35 @@ async def reclaim_dead(
         if pending == 0:
             await r.xgroup_delconsumer(stream, group, name)
             continue
-        rows = await r.xpending_range(stream, group, "-", "+", count, consumername=name)
+        rows = await r.xpending_range(
+            stream, group, "-", "+", count, consumername=name, idle=min_idle_ms
+        )
         if not rows:
             continue
         deliveries = {row["message_id"]: int(row["times_delivered"]) for row in rows}
-        messages = await r.xclaim(stream, group, me, 0, list(deliveries))
-        missing = set(deliveries)
+        messages = await r.xclaim(stream, group, me, min_idle_ms, list(deliveries))
         for entry_id, fields in messages:
-            missing.discard(entry_id)
             if fields:
                 claimed.append(Entry(stream.encode(), entry_id, fields, deliveries[entry_id] + 1))
-        if missing:  # entries deleted while pending: nothing left to do but ack them
-            await r.xack(stream, group, *missing)
         log.warning(
             "reclaimed entries of a dead consumer",
             extra={"stream": stream, "dead_consumer": name, "entries": len(messages)},
         )
     return claimed
+
+
+async def own_pending_ids(
+    r: aioredis.Redis, stream: str | bytes, group: str, me: str, count: int = 1000
+) -> list[bytes]:
+    """The ids of every entry pending for this consumer (without delivering them again)."""
+    ids: list[bytes] = []
+    start: bytes | str = "-"
+    while True:
+        rows = await r.xpending_range(stream, group, start, "+", count, consumername=me)
+        ids.extend(row["message_id"] for row in rows)
+        if len(rows) < count:
+            return ids
+        start = b"(" + rows[-1]["message_id"]
 
 
 def _text(value: str | bytes | None) -> str:

@@ -41,6 +41,7 @@ class TcpProxy:
         self._links: list[_Link] = []
         self._stall_new = False
         self._cut_marker: bytes | None = None
+        self._drop_marker: bytes | None = None
         self.cuts = 0
         self.connections = 0
         self._ready = threading.Event()
@@ -72,6 +73,11 @@ class TcpProxy:
         """Once: the next time a client sends bytes containing ``marker``, forward them, then
         cut that connection before any answer reaches the client."""
         self._cut_marker = marker
+
+    def drop_reply_containing(self, marker: bytes) -> None:
+        """Once: the next answer from the server containing ``marker`` is dropped and its
+        connection cut (the server did the work; the client never hears of it)."""
+        self._drop_marker = marker
 
     # --- life ---------------------------------------------------------------------------------
 
@@ -182,5 +188,10 @@ class TcpProxy:
                 return
             if not upstream and link.muted:
                 continue
+            if not upstream and self._drop_marker is not None and self._drop_marker in data:
+                self._drop_marker = None
+                self.cuts += 1
+                link.close()
+                return
             sink.write(data)
             await sink.drain()

@@ -1,8 +1,10 @@
 """Taking over the batches of dead workers of the same versions.
 
-A batch stays pending under the worker that read it until it is acked. Once that worker's
-heartbeat has expired, a live worker claims its pending batches and hands them to its own
-instances of the version, which take them ahead of the stream's new batches.
+A batch stays pending under the worker that read it until it is acked. Once that worker's last
+heartbeat is older than the dead bound (heartbeats run on their own thread, so only a dead or
+frozen process misses them), a live worker claims its batches that have been idle that long
+(exclusive: the claim resets their idle time) and hands them to its own instances of the
+version, which take them ahead of the stream's new batches.
 """
 
 from __future__ import annotations
@@ -20,11 +22,19 @@ async def reclaim_loop(host: VersionHost, stopping: asyncio.Event) -> None:
     while not stopping.is_set():
         await asyncio.sleep(host.settings.reclaim_interval_ms / 1000)
         try:
-            live = await heartbeats.live_ids(host.redis, "worker")
+            s = host.settings
+            live = await heartbeats.not_dead_ids(
+                host.redis, "worker", s.dead_bound_ms, s.heartbeat_ttl_ms
+            )
             live.add(host.id)
-            for key in host.loaded:
+            for key in list(host.loaded):
                 for entry in await streams.reclaim_dead(
-                    host.redis, keys.batch_stream(*key), keys.WORKER_GROUP, host.id, live
+                    host.redis,
+                    keys.batch_stream(*key),
+                    keys.WORKER_GROUP,
+                    host.id,
+                    live,
+                    min_idle_ms=s.dead_bound_ms,
                 ):
                     metrics.child(metrics.RECLAIMED, "worker", *key).inc()
                     host.requeue(key, entry)

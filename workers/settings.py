@@ -17,6 +17,9 @@ class WorkerSettings(Settings, kw_only=True):
     heartbeat_interval_ms: int = 1_000
     heartbeat_ttl_ms: int = 3_000
     reclaim_interval_ms: int = 1_000
+    # A worker is dead, and its pending batches may be claimed, once its last heartbeat is this
+    # old; batches are claimed only when idle this long. Well above a 5 s freeze.
+    dead_bound_ms: int = 10_000
     # A batch delivered more often than this (its workers kept dying) is answered with errors.
     max_deliveries: int = 3
     # Seconds to finish in-flight batches on SIGTERM before leaving them to another worker.

@@ -151,6 +151,18 @@ REDELIVERED = Counter(
     "Stream entries processed again after an earlier delivery (stage: scheduler or worker)",
     ("stage", *MODEL),
 )
+DEAD_LETTERS = Counter(
+    "conch_dead_letters",
+    "Stream entries moved to the model's dead-letter stream: undecodable, or not executable "
+    "within the delivery bound (stage: scheduler or worker)",
+    ("stage", *MODEL),
+)
+LATE_RESULTS_DROPPED = Counter(
+    "conch_late_results_dropped",
+    "Acks, statistics or dispatches of a consumer that no longer owned the entry (another "
+    "claimed it after the dead bound), dropped by the fence (stage: scheduler or worker)",
+    ("stage", *MODEL),
+)
 HEARTBEATS = Counter(
     "conch_heartbeats",
     "Registry heartbeats sent by this service (outcome: ok or error)",

@@ -16,12 +16,14 @@ from shared.metrics.families import (
     COMPUTE_INPUT_US,
     COMPUTE_OUTPUT_US,
     COMPUTE_SECONDS,
+    DEAD_LETTERS,
     EXEC_COUNT,
     FAILURE,
     FAILURE_REASONS,
     GATEWAY_REQUESTS,
     HEARTBEATS,
     INFERENCE_COUNT,
+    LATE_RESULTS_DROPPED,
     QUEUE_DURATION_US,
     RECLAIMED,
     REDELIVERED,
@@ -112,8 +114,9 @@ def record_failures(model: str, version: int, reason: str, count: int = 1) -> No
 def record_rejected(tenant: str | None, model: str, reason: str) -> None:
     """A request refused at admission. ``tenant``: its name, None for anonymous callers.
 
-    Reasons: rate_limited, unauthenticated, forbidden, no_worker, queue_full (or another short
-    snake_case word). Callable from any gateway code (the multiprocess registry aggregates).
+    Reasons: rate_limited, unauthenticated, forbidden, no_worker, queue_full, in_flight_limit
+    (or another short snake_case word). Callable from any gateway code (the multiprocess
+    registry aggregates).
     """
     child(REJECTED_REQUESTS, tenant or "anonymous", model, reason).inc()
 
@@ -122,6 +125,15 @@ def record_request(model: str, version: int, arm: str, code: str, seconds: float
     """One inference request answered by a gateway process (code "OK" or an error code)."""
     child(GATEWAY_REQUESTS, model, version, arm, code).inc()
     child(REQUEST_SECONDS, model, version).observe(seconds)
+
+
+def record_dead_letter(stage: str, model: str, version: int) -> None:
+    child(DEAD_LETTERS, stage, model, version).inc()
+
+
+def record_late_result(stage: str, model: str, version: int, count: int = 1) -> None:
+    """A fenced write refused: this consumer no longer owned the entry."""
+    child(LATE_RESULTS_DROPPED, stage, model, version).inc(count)
 
 
 def record_heartbeat(service: str, ok: bool) -> None:

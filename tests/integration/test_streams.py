@@ -6,6 +6,8 @@ entries of consumers that are no longer live, and every reclaim counts as one mo
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
@@ -119,7 +121,7 @@ async def test_parse_read_skips_entries_deleted_while_pending(aredis: aioredis.R
 async def test_reclaim_takes_over_the_entries_of_a_dead_consumer(aredis: aioredis.Redis) -> None:
     await streams.ensure_group(aredis, STREAM, GROUP)
     ids = await deliver(aredis, "dead", "a", "b", "c")
-    claimed = await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live={"me"})
+    claimed = await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live={"me"}, min_idle_ms=0)
     assert [e.entry_id for e in claimed] == ids
     assert [e.fields for e in claimed] == [{b"v": b"a"}, {b"v": b"b"}, {b"v": b"c"}]
     assert all(e.stream == STREAM.encode() for e in claimed)
@@ -130,10 +132,10 @@ async def test_reclaim_takes_over_the_entries_of_a_dead_consumer(aredis: aioredi
 async def test_reclaim_counts_every_delivery(aredis: aioredis.Redis) -> None:
     await streams.ensure_group(aredis, STREAM, GROUP)
     [entry_id] = await deliver(aredis, "first", "x")
-    [once] = await streams.reclaim_dead(aredis, STREAM, GROUP, "second", live=set())
+    [once] = await streams.reclaim_dead(aredis, STREAM, GROUP, "second", live=set(), min_idle_ms=0)
     assert once.deliveries == 2
     # The second consumer dies too; a third takes over and sees the third delivery.
-    [twice] = await streams.reclaim_dead(aredis, STREAM, GROUP, "third", live=set())
+    [twice] = await streams.reclaim_dead(aredis, STREAM, GROUP, "third", live=set(), min_idle_ms=0)
     assert twice.entry_id == entry_id
     assert twice.deliveries == 3
     assert await pending_of(aredis, "third") == {entry_id: 3}
@@ -143,7 +145,9 @@ async def test_reclaim_leaves_live_consumers_alone(aredis: aioredis.Redis) -> No
     await streams.ensure_group(aredis, STREAM, GROUP)
     busy = await deliver(aredis, "busy", "slow")
     dead = await deliver(aredis, "dead", "orphan")
-    claimed = await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live={"me", "busy"})
+    claimed = await streams.reclaim_dead(
+        aredis, STREAM, GROUP, "me", live={"me", "busy"}, min_idle_ms=0
+    )
     assert [e.entry_id for e in claimed] == dead
     assert await pending_of(aredis, "busy") == dict.fromkeys(busy, 1)
 
@@ -152,7 +156,7 @@ async def test_reclaim_never_takes_from_itself(aredis: aioredis.Redis) -> None:
     # "me" is not in ``live`` (its heartbeat may lag), yet its own entries stay as they are.
     await streams.ensure_group(aredis, STREAM, GROUP)
     mine = await deliver(aredis, "me", "mine")
-    assert await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live=set()) == []
+    assert await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live=set(), min_idle_ms=0) == []
     assert await pending_of(aredis, "me") == dict.fromkeys(mine, 1)
     assert "me" in await consumers(aredis)
 
@@ -163,7 +167,10 @@ async def test_reclaim_deletes_dead_consumers_with_nothing_pending(aredis: aiore
     await aredis.xack(STREAM, GROUP, done)
     await deliver(aredis, "idle-live", "y")
     await aredis.xack(STREAM, GROUP, *await pending_of(aredis, "idle-live"))
-    assert await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live={"idle-live"}) == []
+    assert (
+        await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live={"idle-live"}, min_idle_ms=0)
+        == []
+    )
     remaining = await consumers(aredis)
     assert "finished" not in remaining
     assert remaining["idle-live"] == 0  # live consumers are kept even when idle
@@ -172,12 +179,19 @@ async def test_reclaim_deletes_dead_consumers_with_nothing_pending(aredis: aiore
 async def test_reclaim_follows_count_across_calls(aredis: aioredis.Redis) -> None:
     await streams.ensure_group(aredis, STREAM, GROUP)
     ids = await deliver(aredis, "dead", "a", "b", "c")
-    first = await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live=set(), count=2)
+    first = await streams.reclaim_dead(
+        aredis, STREAM, GROUP, "me", live=set(), count=2, min_idle_ms=0
+    )
     assert [e.entry_id for e in first] == ids[:2]
-    second = await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live=set(), count=2)
+    second = await streams.reclaim_dead(
+        aredis, STREAM, GROUP, "me", live=set(), count=2, min_idle_ms=0
+    )
     assert [e.entry_id for e in second] == ids[2:]
     # Now empty, the dead consumer is removed on the next pass.
-    assert await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live=set(), count=2) == []
+    assert (
+        await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live=set(), count=2, min_idle_ms=0)
+        == []
+    )
     assert "dead" not in await consumers(aredis)
 
 
@@ -186,7 +200,7 @@ async def test_reclaim_acks_entries_deleted_while_pending(aredis: aioredis.Redis
     await streams.ensure_group(aredis, STREAM, GROUP)
     kept, gone = await deliver(aredis, "dead", "kept", "gone")
     await aredis.xdel(STREAM, gone)
-    claimed = await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live=set())
+    claimed = await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live=set(), min_idle_ms=0)
     assert [e.entry_id for e in claimed] == [kept]
     assert await pending_of(aredis, "me") == {kept: 2}
     summary = await aredis.xpending(STREAM, GROUP)
@@ -197,7 +211,7 @@ async def test_reclaim_from_several_dead_consumers(aredis: aioredis.Redis) -> No
     await streams.ensure_group(aredis, STREAM, GROUP)
     a = await deliver(aredis, "dead-a", "1", "2")
     b = await deliver(aredis, "dead-b", "3")
-    claimed = await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live={"me"})
+    claimed = await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live={"me"}, min_idle_ms=0)
     assert sorted(e.entry_id for e in claimed) == sorted(a + b)
     assert set(await consumers(aredis)) >= {"me"}
     assert await pending_of(aredis, "me") == dict.fromkeys(a + b, 2)
@@ -206,15 +220,21 @@ async def test_reclaim_from_several_dead_consumers(aredis: aioredis.Redis) -> No
 async def test_reclaimed_entry_is_not_delivered_to_new_readers(aredis: aioredis.Redis) -> None:
     await streams.ensure_group(aredis, STREAM, GROUP)
     await deliver(aredis, "dead", "x")
-    await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live=set())
+    await streams.reclaim_dead(aredis, STREAM, GROUP, "me", live=set(), min_idle_ms=0)
     fresh = await aredis.xreadgroup(GROUP, "other", {STREAM: ">"}, count=10)
     assert streams.parse_read(fresh) == []
 
 
 async def test_reclaim_on_a_missing_stream_or_group_finds_nothing(aredis: aioredis.Redis) -> None:
-    assert await streams.reclaim_dead(aredis, "conch:test:nothing", GROUP, "me", set()) == []
+    assert (
+        await streams.reclaim_dead(aredis, "conch:test:nothing", GROUP, "me", set(), min_idle_ms=0)
+        == []
+    )
     await streams.ensure_group(aredis, STREAM, GROUP)
-    assert await streams.reclaim_dead(aredis, STREAM, "no-such-group", "me", set()) == []
+    assert (
+        await streams.reclaim_dead(aredis, STREAM, "no-such-group", "me", set(), min_idle_ms=0)
+        == []
+    )
 
 
 async def test_reclaim_works_with_a_decoding_client(redis_url: str) -> None:
@@ -223,7 +243,36 @@ async def test_reclaim_works_with_a_decoding_client(redis_url: str) -> None:
         await streams.ensure_group(r, STREAM, GROUP)
         await r.xadd(STREAM, {"v": "x"})
         await r.xreadgroup(GROUP, "dead", {STREAM: ">"}, count=1)
-        [entry] = await streams.reclaim_dead(r, STREAM, GROUP, "me", live=set())
+        [entry] = await streams.reclaim_dead(r, STREAM, GROUP, "me", live=set(), min_idle_ms=0)
         assert entry.deliveries == 2
     finally:
         await r.aclose()
+
+
+# --- issue 12: claims are bounded and exclusive -------------------------------------------------
+
+
+async def test_entries_idle_less_than_the_bound_are_not_claimed(aredis: aioredis.Redis) -> None:
+    """A consumer that merely looks dead (a frozen process, a late heartbeat) keeps the entries
+    it read less than the dead bound ago."""
+    await streams.ensure_group(aredis, STREAM, GROUP)
+    await deliver(aredis, "frozen", "x")
+    claimed = await streams.reclaim_dead(aredis, STREAM, GROUP, "me", set(), min_idle_ms=60_000)
+    assert claimed == []
+    assert len(await pending_of(aredis, "frozen")) == 1
+
+
+async def test_two_reclaimers_never_both_take_an_entry(aredis: aioredis.Redis) -> None:
+    """Before: XCLAIM with min-idle 0, so a second reclaimer (or the same pass of another
+    process) took the entries again, and both ran them."""
+    await streams.ensure_group(aredis, STREAM, GROUP)
+    ids = await deliver(aredis, "dead", "a", "b")
+    await asyncio.sleep(0.06)
+    first = await streams.reclaim_dead(aredis, STREAM, GROUP, "one", set(), min_idle_ms=50)
+    second = await streams.reclaim_dead(aredis, STREAM, GROUP, "two", {"one"}, min_idle_ms=50)
+    assert [e.entry_id for e in first] == ids
+    assert second == []
+    # Even when "two" thinks "one" is dead as well: the entries were claimed a moment ago.
+    third = await streams.reclaim_dead(aredis, STREAM, GROUP, "two", set(), min_idle_ms=50)
+    assert third == []
+    assert await pending_of(aredis, "one") == dict.fromkeys(ids, 2)

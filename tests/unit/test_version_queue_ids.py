@@ -35,9 +35,9 @@ def header(request_id: str, priority: int) -> RequestHeader:
 
 
 def test_same_entry_id_on_two_priority_streams_queues_both() -> None:
-    queue = VersionQueue(aioredis.Redis(), CONFIG, 1, 1000, 1)
+    queue = VersionQueue(aioredis.Redis(), CONFIG, 1, 1000, 1, consumer="s")
     queue.add(header("low", 2), b"req:1:p2", b"1700000000000-0", b"d")
     queue.add(header("high", 1), b"req:1:p1", b"1700000000000-0", b"d")
     queue.add(header("high", 1), b"req:1:p1", b"1700000000000-0", b"d")  # a redelivery
     assert len(queue) == 2
-    assert [p.header.id for p in queue._pending.items] == ["high", "low"]
+    assert [p.header.id for p in queue._pending.head(10)] == ["high", "low"]
