@@ -70,6 +70,8 @@ def soak_lines(entry: dict[str, Any]) -> list[str]:
 
 
 def render(path: Path) -> str:
+    if not path.exists():
+        return f"no figures: {path} does not exist (did the run start?)"
     entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     out: list[str] = []
     if faults := _latest(entries, "fault"):
