@@ -110,7 +110,7 @@ class Load:
         self._thread.start()
         return self
 
-    def stop(self, timeout_s: float = CLIENT_TIMEOUT_S + 15) -> None:
+    def stop(self, timeout_s: float = 2 * CLIENT_TIMEOUT_S + 15) -> None:
         """Stop sending and wait for every request in flight to end."""
         self._stop.set()
         self._thread.join(timeout_s)
@@ -125,8 +125,10 @@ class Load:
         self.finished.set()
 
     async def _main(self) -> None:
-        limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
-        timeout = httpx.Timeout(CLIENT_TIMEOUT_S, connect=5.0)
+        # Enough connections for every request a 50 s hang can pile up at these rates, so that
+        # no request waits for a connection: each one's time is the mesh's.
+        limits = httpx.Limits(max_connections=4096, max_keepalive_connections=64)
+        timeout = httpx.Timeout(CLIENT_TIMEOUT_S, connect=5.0, pool=CLIENT_TIMEOUT_S)
         tasks: set[asyncio.Task[None]] = set()
         async with httpx.AsyncClient(base_url=self.url, limits=limits, timeout=timeout) as client:
             began = time.monotonic()
