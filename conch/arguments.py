@@ -44,6 +44,39 @@ def parser() -> argparse.ArgumentParser:
         help="also start a local Prometheus (the system's `prometheus`) scraping every service",
     )
     up_parser.add_argument("--prometheus-port", type=int, default=9090)
+    bounds = up_parser.add_argument_group(
+        "bounds", "limits that keep the mesh answering under faults and overload"
+    )
+    bounds.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        help="largest request body, and body once decompressed; gRPC messages too (413 beyond)",
+    )
+    bounds.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=2048,
+        help="inference requests one gateway process holds; more are answered 503 (0: no cap)",
+    )
+    bounds.add_argument(
+        "--dead-bound-ms",
+        type=int,
+        default=10_000,
+        help="a scheduler or worker silent this long is dead: its pending work is taken over",
+    )
+    bounds.add_argument(
+        "--gone-bound-ms",
+        type=int,
+        default=30_000,
+        help="requests are refused at once only when no worker was ready within this",
+    )
+    bounds.add_argument(
+        "--max-deliveries",
+        type=int,
+        default=3,
+        help="an entry delivered more often (its consumers kept dying) is dead-lettered",
+    )
     sub.add_parser("gateway", help="run one gateway service (uvicorn, several processes)")
     sub.add_parser("scheduler", help="run one scheduler service")
     sub.add_parser("worker", help="run one worker service: conch worker --backend NAME")

@@ -83,7 +83,12 @@ def up(args: argparse.Namespace) -> int:
                 ServiceSpec(
                     f"scheduler-{index}",
                     [python, "-m", "scheduler"],
-                    {**common, "CONCH_SCHEDULER_HEALTH_PORT": str(port)},
+                    {
+                        **common,
+                        "CONCH_SCHEDULER_HEALTH_PORT": str(port),
+                        "CONCH_SCHEDULER_DEAD_BOUND_MS": str(args.dead_bound_ms),
+                        "CONCH_SCHEDULER_MAX_DELIVERIES": str(args.max_deliveries),
+                    },
                 )
             )
         for backend in backends:
@@ -98,6 +103,8 @@ def up(args: argparse.Namespace) -> int:
                             **common,
                             "CONCH_WORKER_MODEL_REPOSITORY": str(repo),
                             "CONCH_WORKER_HEALTH_PORT": str(port),
+                            "CONCH_WORKER_DEAD_BOUND_MS": str(args.dead_bound_ms),
+                            "CONCH_WORKER_MAX_DELIVERIES": str(args.max_deliveries),
                         },
                     )
                 )
@@ -113,6 +120,9 @@ def up(args: argparse.Namespace) -> int:
                     "CONCH_GATEWAY_GRPC_PORT": str(args.grpc_port),
                     "CONCH_GATEWAY_ADMIN_TOKEN": admin_token,
                     "CONCH_GATEWAY_ALLOW_ANONYMOUS": str(args.allow_anonymous).lower(),
+                    "CONCH_GATEWAY_MAX_REQUEST_BYTES": str(args.max_request_bytes),
+                    "CONCH_GATEWAY_MAX_IN_FLIGHT": str(args.max_in_flight),
+                    "CONCH_GATEWAY_GONE_BOUND_MS": str(args.gone_bound_ms),
                 },
             )
         )

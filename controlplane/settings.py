@@ -29,9 +29,10 @@ class ControlPlaneSettings(Settings, kw_only=True):
     # A retry (connect failure, reset) gets this long per try; 0 means the route timeout.
     per_try_timeout_s: float = 0.0
     stream_idle_timeout_s: float = 300.0
-    # Retries only for failures where the request cannot have been answered yet; inference
-    # is at-least-once in the mesh, so a reset mid-request may be retried as well.
-    retry_on: str = "connect-failure,refused-stream,reset"
+    # Retries only where no gateway can have received the request: the connection failed, the
+    # stream was refused, or it was reset before the request went out. A reset after that may
+    # come from a gateway that already queued the request; retrying it would run it twice.
+    retry_on: str = "connect-failure,refused-stream,reset-before-request"
     num_retries: int = 2
     # Emit one JSON access-log line per request on Envoy's stdout.
     access_log: bool = True

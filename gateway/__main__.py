@@ -9,7 +9,7 @@ from pathlib import Path
 
 import uvicorn
 
-from gateway.settings import GatewaySettings
+from gateway.settings import GatewaySettings, graceful_shutdown_s
 from shared import logs
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -57,7 +57,9 @@ def _serve(settings: GatewaySettings) -> None:
         proxy_headers=False,
         server_header=False,
         log_config=None,
-        timeout_graceful_shutdown=10,
+        # SIGTERM: stop accepting, answer every request in flight (up to its deadline), then
+        # stop the reply reader and leave the registry.
+        timeout_graceful_shutdown=graceful_shutdown_s(settings),
     )
 
 

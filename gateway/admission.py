@@ -5,6 +5,8 @@ gateway replica (``gateway.ratelimit``)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from gateway.auth import Tenant, TenantTable, authorize
 from gateway.caller import Caller
 from gateway.ratelimit import RateLimiter
@@ -16,12 +18,19 @@ class Admission:
         self.tenants = tenants
         self.limiter = limiter
 
+    def authenticate(self, model: str, caller: Caller) -> Caller:
+        """401 / 403 from the headers alone (no Redis): the caller with its tenant."""
+        if caller.trusted or caller.authenticated:
+            return caller
+        tenant = self.tenants.identify(caller.authorization)
+        authorize(tenant, model)
+        return dataclasses.replace(caller, tenant=tenant, authenticated=True)
+
     async def admit(self, model: str, caller: Caller) -> Tenant | None:
         """401 / 403 / 429, or the calling tenant (None: anonymous, unrestricted)."""
         if caller.trusted:
             return caller.tenant
-        tenant = self.tenants.identify(caller.authorization)
-        authorize(tenant, model)
+        tenant = self.authenticate(model, caller).tenant
         await self.limiter.admit(tenant, model)
         return tenant
 

@@ -21,7 +21,7 @@ from gateway.fastpath import FastInferApp
 from gateway.openapi import openapi_config
 from gateway.repository_routes import repository_router
 from gateway.server_identity import EXTENSIONS, SERVER_NAME, SERVER_VERSION
-from gateway.settings import GatewaySettings
+from gateway.settings import GatewaySettings, graceful_shutdown_s
 from gateway.state import GatewayState
 from shared import logs, metrics, tracing
 
@@ -111,9 +111,16 @@ async def model_statistics(
     status_code=200,
 )
 async def infer(request: Request, model: str, version: str | None = None) -> Response:
-    response = await rest_infer.infer(
-        _state(request).dataplane, model, version, request.headers, await request.body()
-    )
+    state = _state(request)
+    dataplane, limit = state.dataplane, state.settings.max_request_bytes
+    caller = rest_infer.before_body(dataplane, model, request.headers, limit)
+    try:  # Litestar reads no more than request_max_body_size (413 beyond it)
+        body = await request.body()
+        response = await rest_infer.infer(
+            dataplane, model, version, request.headers, body, None, caller, limit
+        )
+    finally:
+        dataplane.in_flight.leave()
     return Response(
         content=response.body,
         status_code=response.status,
@@ -135,8 +142,8 @@ def create_app(settings: GatewaySettings) -> Litestar:
         try:
             yield
         finally:
-            if grpc_server is not None:
-                await grpc_server.stop(grace=5)
+            if grpc_server is not None:  # in-flight calls are answered first
+                await grpc_server.stop(grace=graceful_shutdown_s(settings))
             await state.stop()
 
     return Litestar(
@@ -155,6 +162,7 @@ def create_app(settings: GatewaySettings) -> Litestar:
         ],
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
+        request_max_body_size=settings.max_request_bytes,
         openapi_config=openapi_config(SERVER_VERSION),
         logging_config=None,
     )

@@ -21,6 +21,9 @@ class Caller:
     # Set for requests the gateway makes itself (shadow traffic): no auth, no rate limit.
     trusted: bool = False
     tenant: Tenant | None = None
+    # Set once the key was checked from the headers (``tenant`` is then the caller's, None for
+    # anonymous): admission does not look it up again.
+    authenticated: bool = False
 
 
 ANONYMOUS_CALLER = Caller()

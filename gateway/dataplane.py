@@ -79,6 +79,18 @@ class DataPlane:
             task.cancel()
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
 
+    def authenticate(self, model: str, caller: Caller) -> Caller:
+        """401 / 403 from the headers alone, counted as admission refusals are."""
+        try:
+            return self.admission.authenticate(model, caller)
+        except ConchError as exc:
+            metrics.record_rejected(
+                self.admission.tenant_label(caller),
+                model,
+                _REASONS.get(exc.code, exc.code.lower()),
+            )
+            raise
+
     async def infer(
         self,
         model: str,

@@ -13,6 +13,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.errors import ConchError, ErrorCode
+from shared.ids import new_id
+from shared.logs import request_id_var
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +31,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAUTHENTICATED: 401,
     ErrorCode.PERMISSION_DENIED: 403,
     ErrorCode.RESOURCE_EXHAUSTED: 429,
+    ErrorCode.PAYLOAD_TOO_LARGE: 413,
 }
 
 # The same codes for gRPC clients (Triton's status mapping for its gRPC endpoint).
@@ -45,6 +48,7 @@ GRPC_STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
     ErrorCode.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     ErrorCode.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.PAYLOAD_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 _json = msgspec.json.Encoder()
@@ -96,9 +100,22 @@ def redis_error_handler(request: Request, exc: Exception) -> Response:
     return Response(content=body, status_code=status, media_type=media_type, headers=headers)
 
 
+def internal_error(exc: BaseException, where: str) -> tuple[int, bytes, str, dict[str, str]]:
+    """A bug's 500: the exception goes to the log with the request id, the caller gets the id
+    only (exception text can carry paths, keys, other callers' data)."""
+    request_id = request_id_var.get() or new_id()
+    request_id_var.set(request_id)
+    log.error("unhandled error, request id %s", request_id, exc_info=exc, extra={"where": where})
+    status, body, media_type, headers = error_parts(
+        ErrorCode.INTERNAL,
+        f"internal error (request id {request_id}); the gateway's log has the details",
+    )
+    return status, body, media_type, {**headers, "X-Request-ID": request_id}
+
+
 def unexpected_error_handler(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error", extra={"path": request.url.path})
-    return error_response(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+    status, body, media_type, headers = internal_error(exc, request.url.path)
+    return Response(content=body, status_code=status, media_type=media_type, headers=headers)
 
 
 EXCEPTION_HANDLERS = {

@@ -4,7 +4,8 @@ Inference is nearly all of a gateway's traffic, and a framework's routing, middl
 parameter parsing cost more than the request's own work. This wrapper answers inference
 directly from the ASGI scope and hands everything else (health, metadata, admin, lifespan) to
 the Litestar application, which also serves inference itself when the fast path is off.
-``gateway.http_protocol`` goes one layer lower still and calls ``exchange`` without ASGI.
+``gateway.http_protocol`` goes one layer lower still and calls ``answer`` without ASGI. Both
+check the headers before reading the body, and read the body no further than the limit.
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from litestar import Litestar
 
 from gateway import rest_infer
-from gateway.errors import error_parts
-from shared.errors import ErrorCode
+from gateway.errors import error_parts, internal_error
+from gateway.request_limits import read_body
+from shared.errors import ConchError
 
 log = logging.getLogger(__name__)
 
@@ -45,23 +47,41 @@ class FastInferApp:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.app, name)
 
-    async def exchange(
+    async def answer(
         self,
         route: InferRoute,
         raw_headers: Iterable[tuple[bytes, bytes]],
-        body: bytes,
+        receive: Callable[[], Awaitable[dict[str, Any]]],
         received: float | None = None,
-    ) -> rest_infer.RestResponse:
+    ) -> tuple[rest_infer.RestResponse | None, bool]:
+        """The response to one inference request, and whether its whole body was read (if not,
+        the connection must close after the response). None: the client left mid-body.
+
+        The headers are checked before the body is read (``rest_infer.before_body``), and the
+        body is read no further than the limit."""
+        gateway = self.app.state.gateway
+        dataplane, limit = gateway.dataplane, gateway.settings.max_request_bytes
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw_headers}
         try:
-            return await rest_infer.infer(
-                self.app.state.gateway.dataplane, route[0], route[1], headers, body, received
-            )
-        except Exception as exc:  # never let one request take the process's loop down
-            log.exception("unhandled error on the inference fast path")
+            caller = rest_infer.before_body(dataplane, route[0], headers, limit)
+        except ConchError as exc:
             return rest_infer.RestResponse(
-                *error_parts(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+                *error_parts(exc.code, exc.message, exc.retry_after_s)
+            ), False
+        try:
+            body = await read_body(receive, limit)
+            if body is None:
+                return None, False
+            response = await rest_infer.infer(
+                dataplane, route[0], route[1], headers, body, received, caller, limit
             )
+            return response, True
+        except ConchError as exc:  # the body crossed the limit
+            return rest_infer.RestResponse(*error_parts(exc.code, exc.message)), False
+        except Exception as exc:  # never let one request take the process's loop down
+            return rest_infer.RestResponse(*internal_error(exc, "inference fast path")), True
+        finally:
+            dataplane.in_flight.leave()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         route = infer_route(scope)
@@ -69,10 +89,9 @@ class FastInferApp:
             await self.app(scope, receive, send)
             return
         received = time.perf_counter()
-        body = await read_body(receive)
-        if body is None:
+        response, _ = await self.answer(route, scope["headers"], receive, received)
+        if response is None:
             return  # the client left before its request was whole
-        response = await self.exchange(route, scope["headers"], body, received)
         await send(
             {
                 "type": "http.response.start",
@@ -92,15 +111,3 @@ def response_headers(response: rest_infer.RestResponse) -> list[tuple[bytes, byt
         (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()
     )
     return headers
-
-
-async def read_body(receive: Any) -> bytes | None:
-    """The whole request body from ASGI ``receive``; None if the client disconnected."""
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -1,5 +1,10 @@
 """KServe v2 over gRPC (``inference.GRPCInferenceService``), a thin adapter over the same data
-plane as REST. Each gateway process serves it on the shared gRPC port (SO_REUSEPORT)."""
+plane as REST. Each gateway process serves it on the shared gRPC port (SO_REUSEPORT).
+
+Input is bounded as on REST: gRPC's receive and send message limits are the gateway's
+``max_request_bytes``, an API key is checked from the metadata before the request message is
+read (an interceptor), the in-flight cap applies, and an unexpected error answers INTERNAL with
+the request id only."""
 
 from __future__ import annotations
 
@@ -7,12 +12,13 @@ import logging
 from typing import Any
 
 import grpc
+import msgspec
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from gateway import stats
 from gateway.caller import ROUTE_KEY_HEADER, Caller
-from gateway.errors import GRPC_STATUS
+from gateway.errors import GRPC_STATUS, REDIS_ERRORS, internal_error, redis_unavailable
 from gateway.grpc_codec import encode_grpc_response, parse_grpc_request
 from gateway.server_identity import EXTENSIONS, SERVER_NAME, SERVER_VERSION
 from gateway.state import GatewayState
@@ -83,14 +89,27 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         headers = dict(context.invocation_metadata() or ())
+        dataplane = self.state.dataplane
+        try:
+            dataplane.in_flight.enter(request.model_name)
+        except ConchError as exc:
+            await context.abort(GRPC_STATUS[exc.code], exc.message)
         try:
             parsed = parse_grpc_request(request)
             caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
-            outcome = await self.state.dataplane.infer(
+            outcome = await dataplane.infer(
                 request.model_name, request.model_version or None, parsed, caller
             )
         except ConchError as exc:
             await context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
+        except REDIS_ERRORS as exc:
+            _, body, _, _ = redis_unavailable(exc, f"grpc infer {request.model_name}")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, msgspec.json.decode(body)["error"])
+        except Exception as exc:
+            _, body, _, _ = internal_error(exc, "grpc ModelInfer")
+            await context.abort(grpc.StatusCode.INTERNAL, msgspec.json.decode(body)["error"])
+        finally:
+            dataplane.in_flight.leave()
         return encode_grpc_response(
             request.model_name, outcome.version, request.id, outcome.reply.outputs
         )
@@ -104,8 +123,43 @@ async def _guard(context: Any, build: Any) -> Any:
         await context.abort(GRPC_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
 
 
+class KeyBeforeMessage(grpc.aio.ServerInterceptor):
+    """An unknown API key is refused from the metadata alone, before the request message (up to
+    ``max_request_bytes``) is read and decoded; which models the key may use is checked with
+    the message, which names the model."""
+
+    def __init__(self, state: GatewayState):
+        self.state = state
+
+    async def intercept_service(self, continuation: Any, details: Any) -> Any:
+        if details.method.endswith("/ModelInfer"):
+            metadata = dict(details.invocation_metadata or ())
+            try:
+                self.state.tenants.identify(metadata.get("authorization"))
+            except ConchError as exc:
+                status, message = GRPC_STATUS[exc.code], exc.message
+
+                async def refuse(request: Any, context: Any) -> Any:
+                    await context.abort(status, message)
+
+                return grpc.unary_unary_rpc_method_handler(refuse)
+        return await continuation(details)
+
+
+def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """One port for every gateway process; messages bounded like REST bodies."""
+    return [
+        ("grpc.so_reuseport", 1),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+    ]
+
+
 async def start(state: GatewayState, host: str, port: int) -> grpc.aio.Server:
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
+    server = grpc.aio.server(
+        options=server_options(state.settings.max_request_bytes),
+        interceptors=[KeyBeforeMessage(state)],
+    )
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(state), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if not bound:

@@ -6,8 +6,6 @@ once, here. Responses put binary outputs after the JSON header, as Triton does.
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,19 +59,6 @@ class ParsedRequest:
     binary_default: bool
     # Triton's raw binary request (header length 0): the whole body is the single input.
     raw_body: bytes | None = None
-
-
-def decompress(body: bytes, encoding: str | None) -> bytes:
-    if not encoding or encoding == "identity":
-        return body
-    try:
-        if encoding == "gzip":
-            return gzip.decompress(body)
-        if encoding == "deflate":
-            return zlib.decompress(body)
-    except (OSError, zlib.error, EOFError) as exc:
-        raise invalid(f"request body is not valid {encoding} data: {exc}") from None
-    raise invalid(f"unsupported Content-Encoding '{encoding}'; expected gzip or deflate")
 
 
 def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest:

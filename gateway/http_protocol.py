@@ -27,7 +27,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from gateway.fastpath import FastInferApp, infer_route, read_body, response_headers
+from gateway.fastpath import FastInferApp, infer_route, response_headers
 from gateway.rest_infer import RestResponse
 
 log = logging.getLogger(__name__)
@@ -74,10 +74,13 @@ class InferHttpProtocol(HttpToolsProtocol):
     ) -> None:
         try:
             # uvicorn's own receive: 100-continue, flow control and disconnects stay its own.
-            body = await read_body(cycle.receive)
-            if body is None:
+            response, whole = await self.app.answer(
+                route, cycle.scope["headers"], cycle.receive, received
+            )
+            if response is None:
                 return
-            response = await self.app.exchange(route, cycle.scope["headers"], body, received)
+            if not whole:  # refused before its body was read: the rest of it is not read
+                cycle.keep_alive = False
             await _write_response(cycle, response)
         except Exception:  # the connection goes, the process's loop stays
             log.exception("unhandled error while answering an inference request")

@@ -22,6 +22,7 @@ from gateway.model_table import ModelTable
 from gateway.traffic_table import decode_weights
 from shared import clock, control, heartbeats, keys, model_config, model_registry, readiness
 from shared.errors import ConchError, ErrorCode, invalid, unavailable
+from shared.model_paths import check_model_files, check_model_name
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class RepositoryControl:
         return entries
 
     async def load(self, model: str, parameters: dict[str, Any]) -> list[int]:
+        check_model_name(model)
         override = _config_override(model, parameters)
         message = control.new_message(control.LOAD, model, config=override)
         acks = await self._send(message)
@@ -88,6 +90,7 @@ class RepositoryControl:
         return loaded
 
     async def unload(self, model: str, parameters: dict[str, Any]) -> list[int]:
+        check_model_name(model)
         dependents = parameters.get("unload_dependents", False)
         if not isinstance(dependents, bool):
             raise invalid(f"parameter 'unload_dependents' must be a boolean, got {dependents!r}")
@@ -212,5 +215,6 @@ def _config_override(model: str, parameters: dict[str, Any]) -> dict[str, Any] |
         raise invalid(
             f"parameter 'config': field 'name' is '{override['name']}' but the model is '{model}'"
         )
-    model_config.from_json(override, source=f"load of '{model}', parameter 'config'")
+    config = model_config.from_json(override, source=f"load of '{model}', parameter 'config'")
+    check_model_files(config, field="parameters.config")
     return override

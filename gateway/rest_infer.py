@@ -1,6 +1,11 @@
 """The REST inference exchange, independent of the web framework: headers + body in, status +
-headers + body out. The Litestar route and the ASGI fast path (whose ``exchange`` the HTTP
-protocol hook calls too) share it, so they cannot drift apart."""
+headers + body out. The Litestar route and the ASGI fast path (whose ``answer`` the HTTP
+protocol hook calls too) share it, so they cannot drift apart.
+
+``before_body`` is what the headers alone decide, before a byte of the body is read: the model
+exists, the caller is authenticated and may use it, the announced body fits the limit, and this
+process has room for one more request (``gateway.in_flight``).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ from collections.abc import Mapping
 from gateway.caller import ROUTE_KEY_HEADER, Caller
 from gateway.dataplane import DataPlane
 from gateway.errors import REDIS_ERRORS, error_parts, redis_unavailable
-from gateway.http_codec import HEADER_LENGTH, decompress, encode_infer_response, parse_infer_request
+from gateway.http_codec import HEADER_LENGTH, encode_infer_response, parse_infer_request
+from gateway.request_limits import check_announced_length, decompress
 from shared.errors import ConchError
 
 JSON = "application/json"
@@ -29,6 +35,20 @@ class RestResponse:
         self.headers = headers or {}
 
 
+def before_body(
+    dataplane: DataPlane, model: str, headers: Mapping[str, str], max_request_bytes: int
+) -> Caller:
+    """Raise the answer the headers alone call for; otherwise the authenticated caller, holding
+    one of this process's in-flight slots (the caller gives it back: ``in_flight.leave``)."""
+    dataplane.table.config(model)  # 404 for an unknown model
+    caller = dataplane.authenticate(
+        model, Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
+    )
+    check_announced_length(headers, max_request_bytes)
+    dataplane.in_flight.enter(model)
+    return caller
+
+
 async def infer(
     dataplane: DataPlane,
     model: str,
@@ -36,6 +56,8 @@ async def infer(
     headers: Mapping[str, str],
     body: bytes,
     received: float | None = None,
+    caller: Caller | None = None,
+    max_request_bytes: int = 64 * 1024 * 1024,
 ) -> RestResponse:
     """Run one inference; every failure becomes Triton's ``{"error": ...}`` with its status.
 
@@ -44,9 +66,10 @@ async def infer(
     process's event loop and reading the body, as a client sees it."""
     received = received or time.perf_counter()
     try:
-        body = decompress(body, headers.get("content-encoding"))
+        body = decompress(body, headers.get("content-encoding"), max_request_bytes)
         parsed = parse_infer_request(body, headers.get(HEADER_LENGTH))
-        caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
+        if caller is None:
+            caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
         outcome = await dataplane.infer(model, version, parsed, caller, received)
     except ConchError as exc:
         return RestResponse(*error_parts(exc.code, exc.message, exc.retry_after_s))

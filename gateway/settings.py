@@ -43,3 +43,10 @@ class GatewaySettings(Settings, kw_only=True):
     repository_requires_admin: bool = True
     # How long a load or unload waits for every worker of the fleet to answer.
     control_timeout_s: float = 120.0
+
+
+def graceful_shutdown_s(settings: GatewaySettings) -> float:
+    """How long a stopping gateway process drains (SIGTERM): until its last in-flight request
+    is answered, which is at most the default deadline away, plus a margin for the answer to
+    go out. A rolling restart then cuts no request."""
+    return settings.default_timeout_ms / 1000 + 5.0

@@ -29,8 +29,8 @@ async def recover(
     """The entries pending for ``consumer`` that no queue holds, read back from their streams."""
     found: list[streams.Entry] = []
     for stream in request_streams:
-        ids = await streams.own_pending_ids(r, stream, keys.SCHEDULER_GROUP, consumer)
-        lost = [entry_id for entry_id in ids if not holds(stream, entry_id)]
+        pending = await streams.own_pending(r, stream, keys.SCHEDULER_GROUP, consumer)
+        lost = [entry_id for entry_id, _ in pending if not holds(stream, entry_id)]
         if not lost:
             continue
         async with r.pipeline(transaction=False) as pipe:

@@ -131,13 +131,13 @@ class SchedulerService:
     async def _retire(self, key: tuple[str, int]) -> None:
         queue = self.queues.pop(key)
         task = self._tasks.pop(key)
-        while not task.done():  # a cancellation may be swallowed inside redis-py (gh-86296)
-            task.cancel()
-            await asyncio.wait({task}, timeout=0.05)
         for stream in [s for s, k in self._streams.items() if k == key]:
             del self._streams[stream]
         self._absent.pop(key, None)
         self._changed.set()
+        while not task.done():  # a cancellation may be swallowed inside redis-py (gh-86296)
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.05)
         model, version = key
         await queue.retire(f"model '{model}' version {version} is no longer served")
         log.info("stopped scheduling model version", extra={"model": model, "version": version})

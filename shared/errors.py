@@ -3,7 +3,8 @@
 Every service raises :class:`ConchError` with one of these codes; the gateway maps a code to an
 HTTP status and to a gRPC status, in one place each (``gateway/errors.py``). The codes follow
 Triton's ``TRITONSERVER_Error_Code`` so that clients see the statuses Triton would give them,
-plus four that Triton has no code for (deadlines, authentication, permission, rate limiting).
+plus five that Triton has no code for (deadlines, authentication, permission, rate limiting, a
+request larger than the gateway accepts).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class ErrorCode(enum.StrEnum):
     UNAUTHENTICATED = "UNAUTHENTICATED"
     PERMISSION_DENIED = "PERMISSION_DENIED"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
 
 
 class ConchError(Exception):

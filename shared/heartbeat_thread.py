@@ -40,6 +40,9 @@ class HeartbeatThread:
         self._info = info
         self._extra = extra
         self._stop = threading.Event()
+        # Held while a beat is computed and sent: a service that stops announcing something
+        # takes it, so that no beat computed before lands after.
+        self.lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{kind}", daemon=True)
         self.beats = 0
 
@@ -63,7 +66,7 @@ class HeartbeatThread:
 
     def beat(self, client: Any) -> None:
         try:
-            with client.pipeline(transaction=False) as pipe:
+            with self.lock, client.pipeline(transaction=False) as pipe:
                 heartbeats.queue_heartbeat(pipe, self._kind, self._id, self._info(), self._ttl_ms)
                 if self._extra is not None:
                     self._extra(pipe)

@@ -8,6 +8,7 @@ from pathlib import Path
 from shared import model_config
 from shared.errors import ConchError, invalid
 from shared.model_config import ModelConfig
+from shared.model_paths import check_model_files
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,10 @@ def scan(repository: str | Path) -> ScanResult:
 
 
 def read_model(model_dir: Path, config: ModelConfig | None = None) -> RepositoryModel:
+    """The model in ``model_dir``, with its configuration (or ``config``, an override); every
+    file the configuration names must stay inside that directory."""
     config = config or model_config.load(model_dir)
+    check_model_files(config)
     versions = sorted(
         {
             int(child.name)

@@ -102,17 +102,18 @@ async def reclaim_dead(
     return claimed
 
 
-async def own_pending_ids(
+async def own_pending(
     r: aioredis.Redis, stream: str | bytes, group: str, me: str, count: int = 1000
-) -> list[bytes]:
-    """The ids of every entry pending for this consumer (without delivering them again)."""
-    ids: list[bytes] = []
+) -> list[tuple[bytes, int]]:
+    """(id, times delivered) of every entry pending for this consumer, without delivering
+    them again (XPENDING, not XREADGROUP: no delivery is counted)."""
+    found: list[tuple[bytes, int]] = []
     start: bytes | str = "-"
     while True:
         rows = await r.xpending_range(stream, group, start, "+", count, consumername=me)
-        ids.extend(row["message_id"] for row in rows)
+        found.extend((row["message_id"], int(row["times_delivered"])) for row in rows)
         if len(rows) < count:
-            return ids
+            return found
         start = b"(" + rows[-1]["message_id"]
 
 

@@ -1,15 +1,23 @@
 """One batch of one version: decode it, answer what may not run, execute the rest, publish, ack.
 
-A request runs only if the batch has not been delivered more than ``max_deliveries`` times and
-its deadline has not passed; the others are answered with an error and counted as failures, as
-Triton counts them. The replies, the ack and delete of the batch entry, the batch-done
-announcement the scheduler waits for and the stats increment go out in one pipeline after
-execution: a batch is acked only once its replies are published.
+A batch delivered more than ``max_deliveries`` times, or one that does not decode, is answered
+with errors and dead-lettered (``workers.poison``), checked before decoding. A request runs only
+if its deadline has not passed; the others are answered with an error and counted as failures,
+as Triton counts them. The replies, then one fenced script (``shared.fencing``: still ours? ack,
+delete, count the statistics, announce the finished batch) go out in one round trip after
+execution: a batch is acked only once its replies are published, and a worker that lost the
+batch to another while it was frozen has its ack and statistics dropped (counted as a late
+result); the gateway keeps the first reply per request.
+
+Executions run on a thread pool; which instance is executing is tracked so that an instance is
+never unloaded while ``execute`` still runs on its thread (``wait_idle``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,11 +27,15 @@ import redis.asyncio as aioredis
 from shared import envelope, keys, metrics, streams, tensors, tracing
 from shared.envelope import InferRequest, Reply, Timing
 from shared.errors import ConchError, ErrorCode
+from shared.fencing import queue_fenced_ack
 from shared.model_config import ModelConfig
-from shared.publish import add_stats, queue_replies
+from shared.publish import queue_replies
+from workers import poison
 from workers.backend import ModelInstance, ModelRequest
 from workers.loader import LoadedVersion
 from workers.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
 
 
 class BatchProcessor:
@@ -33,31 +45,50 @@ class BatchProcessor:
         self._id = worker_id
         # Set by the service once the start-up versions are loaded (sized by their instances).
         self.executor: ThreadPoolExecutor | None = None
+        # Instance (by identity) -> its execution running on the pool.
+        self._running: dict[int, concurrent.futures.Future[object]] = {}
+
+    async def wait_idle(
+        self, instances: list[ModelInstance], timeout_s: float | None = None
+    ) -> list[ModelInstance]:
+        """Wait until none of these instances executes; returns those still executing when
+        ``timeout_s`` ran out (a cancelled serving task leaves its execution running)."""
+        running = [f for i in instances if (f := self._running.get(id(i))) is not None]
+        if running:
+            await asyncio.wait([asyncio.wrap_future(f) for f in running], timeout=timeout_s)
+        return [i for i in instances if (f := self._running.get(id(i))) and not f.done()]
 
     async def process(
         self, loaded: LoadedVersion, instance: ModelInstance, entry: streams.Entry
     ) -> None:
-        batch = envelope.decode_batch(entry.fields[keys.FIELD_DATA])
-        requests = [envelope.decode_request(raw) for raw in batch.requests]
+        name, version = loaded.name, loaded.version
+        if entry.deliveries > self._settings.max_deliveries:
+            await poison.dead_letter(
+                self._redis,
+                name,
+                version,
+                entry,
+                self._id,
+                f"batch was delivered {entry.deliveries - 1} times to workers that failed or "
+                f"died executing it; giving up after {self._settings.max_deliveries}",
+            )
+            return
+        try:
+            batch = envelope.decode_batch(entry.fields[keys.FIELD_DATA])
+            requests = [envelope.decode_request(raw) for raw in batch.requests]
+        except Exception:
+            log.exception("undecodable batch", extra={"model": name, "entry": entry.entry_id})
+            await poison.dead_letter(
+                self._redis, name, version, entry, self._id, "batch could not be decoded"
+            )
+            return
         now_ms = time.time() * 1000
         replies: list[tuple[str, Reply]] = []
         runnable: list[tuple[int, InferRequest]] = []
         if entry.deliveries > 1:
-            metrics.child(metrics.REDELIVERED, "worker", loaded.name, loaded.version).inc()
+            metrics.child(metrics.REDELIVERED, "worker", name, version).inc()
         for index, request in enumerate(requests):
-            if entry.deliveries > self._settings.max_deliveries:
-                replies.append(
-                    (
-                        request.reply_to,
-                        _error(
-                            request,
-                            ErrorCode.INTERNAL,
-                            f"batch was delivered {entry.deliveries - 1} times to workers that "
-                            f"died executing it; giving up after {self._settings.max_deliveries}",
-                        ),
-                    )
-                )
-            elif now_ms >= request.deadline_ms:
+            if now_ms >= request.deadline_ms:
                 replies.append(
                     (
                         request.reply_to,
@@ -74,21 +105,35 @@ class BatchProcessor:
         unrun = len(requests) - len(runnable)
         if runnable:
             replies.extend(await self._execute(loaded, instance, batch.queue_ns, runnable, stats))
-            metrics.record_batch(loaded.name, loaded.version, stats)
-        if unrun:  # expired or given up: failures, as Triton counts them (and the stats hash)
-            given_up = entry.deliveries > self._settings.max_deliveries
-            reason = metrics.OTHER if given_up else metrics.REJECTED
-            metrics.record_failures(loaded.name, loaded.version, reason, unrun)
+        if unrun:  # expired: failures, as Triton counts them (and the stats hash)
             stats["fail_count"] = stats.get("fail_count", 0) + unrun
         published_ns = time.time_ns()
         async with self._redis.pipeline(transaction=False) as pipe:
             queue_replies(pipe, replies)
-            pipe.xack(entry.stream, keys.WORKER_GROUP, entry.entry_id)
-            pipe.xdel(entry.stream, entry.entry_id)
-            pipe.publish(keys.batch_done_channel(loaded.name, loaded.version), b"")
-            if stats:
-                add_stats(pipe, keys.stats(loaded.name, loaded.version), stats, int(now_ms))
-            await pipe.execute()
+            queue_fenced_ack(
+                pipe,
+                entry.stream,
+                keys.stats(name, version),
+                keys.WORKER_GROUP,
+                self._id,
+                entry.entry_id,
+                keys.batch_done_channel(name, version),
+                stats,
+                int(now_ms),
+            )
+            results = await pipe.execute()
+        if not results[-1]:
+            # Claimed by another worker while this one was frozen: its outcome counts, not ours.
+            metrics.record_late_result("worker", name, version)
+            log.warning(
+                "batch no longer owned by this worker; its ack and statistics dropped",
+                extra={"model": name, "version": version, "entry": entry.entry_id.decode()},
+            )
+            return
+        if runnable and "execution_count" in stats:
+            metrics.record_batch(name, version, stats)
+        if unrun:
+            metrics.record_failures(name, version, metrics.REJECTED, unrun)
         if tracing.ENABLED:
             _trace_requests("conch.worker.reply", enumerate(requests), published_ns, self._id)
 
@@ -119,14 +164,20 @@ class BatchProcessor:
                 replies.append((request.reply_to, _error(request, exc.code, exc.message)))
         if not accepted:
             return replies
-        loop = asyncio.get_running_loop()
         in_flight = metrics.child(metrics.EXECUTIONS_IN_FLIGHT, config.name, loaded.version)
         in_flight.inc()
         started_ns = time.time_ns()
-        try:
-            execution = await loop.run_in_executor(self.executor, instance.execute, model_requests)
-        finally:
+        assert self.executor is not None, "the service sizes the executor before serving"
+        running = self.executor.submit(instance.execute, model_requests)
+        self._running[id(instance)] = running
+
+        def finished(done: concurrent.futures.Future[object]) -> None:  # on the pool's thread
             in_flight.dec()
+            if self._running.get(id(instance)) is done:
+                del self._running[id(instance)]
+
+        running.add_done_callback(finished)
+        execution = await asyncio.wrap_future(running)
         if tracing.ENABLED:
             _trace_requests("conch.worker.execute", accepted, started_ns, self._id)
         batch_size = sum(r.batch_size for r in model_requests)

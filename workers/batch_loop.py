@@ -2,14 +2,18 @@
 
 Each instance has its own task and its own blocking read on the version's batch stream, so an
 idle instance takes the next batch and a busy one takes nothing. Batches reclaimed from a dead
-worker wait in the version's queue and go first. A batch is acked only after its replies are
-published; a worker that dies leaves the batch pending, and another worker of the same version
-takes it over once the dead one's heartbeat has expired (``workers.reclaim``).
+worker, recovered after a lost read, or to be tried again wait in the version's lane and go
+first. A batch is acked only after its replies are published; a worker that dies leaves the batch
+pending, and another worker of the same version takes it over once the dead one's heartbeat is
+older than the dead bound (``workers.reclaim``). After a failed read, whose answer may have
+delivered a batch that never arrived, the loop recovers this worker's pending batches that no
+loop has in hand.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 
@@ -19,6 +23,7 @@ from redis.exceptions import ResponseError
 from shared import keys, redis_conn, streams
 from workers.backend import ModelInstance
 from workers.batch import BatchProcessor
+from workers.lane import Lane
 from workers.loader import LoadedVersion
 from workers.settings import WorkerSettings
 
@@ -40,23 +45,20 @@ class BatchLoop:
         self._stopping = stopping
         self._process = batches.process
 
-    async def serve(
-        self,
-        loaded: LoadedVersion,
-        instance: ModelInstance,
-        reclaimed: asyncio.Queue[streams.Entry],
-    ) -> None:
+    async def serve(self, loaded: LoadedVersion, instance: ModelInstance, lane: Lane) -> None:
         stream = keys.batch_stream(loaded.name, loaded.version)
         consumer = self._id
         client: aioredis.Redis = redis_conn.dedicated(
             self._settings.redis_url, name="conch-worker-read"
         )
+        recover = False
         try:
-            while not self._stopping.is_set():
-                if not reclaimed.empty():
-                    await self._process_or_retry(
-                        loaded, instance, reclaimed.get_nowait(), reclaimed
-                    )
+            while not (self._stopping.is_set() or lane.stop.is_set()):
+                if recover:
+                    recover = not await self._recover_own(stream, lane)
+                    continue
+                if not lane.waiting.empty():
+                    await self._process_or_retry(loaded, instance, lane.waiting.get_nowait(), lane)
                     continue
                 try:
                     reply = await client.xreadgroup(
@@ -65,28 +67,26 @@ class BatchLoop:
                 except asyncio.CancelledError:
                     raise
                 except ResponseError as exc:
+                    recover = True
                     await self._recover_group(stream, exc)
                     continue
                 except Exception:
+                    recover = True
                     log.exception("batch stream read failed; retrying")
                     await asyncio.sleep(0.2)
                     continue
                 for entry in streams.parse_read(reply):
-                    await self._process_or_retry(loaded, instance, entry, reclaimed)
+                    lane.held.add(entry.entry_id)
+                    await self._process_or_retry(loaded, instance, entry, lane)
         finally:
             await client.aclose()
 
     async def _process_or_retry(
-        self,
-        loaded: LoadedVersion,
-        instance: ModelInstance,
-        entry: streams.Entry,
-        retry: asyncio.Queue[streams.Entry],
+        self, loaded: LoadedVersion, instance: ModelInstance, entry: streams.Entry, lane: Lane
     ) -> None:
-        """A batch whose processing failed (Redis gone mid-batch, say) stays pending in Redis;
-        it is tried again here, counted as a delivery, so one that keeps failing is answered
-        with an error after max_deliveries instead of being retried forever (one that cannot
-        be decoded never reaches that check, and is retried on)."""
+        """A batch whose processing failed (Redis gone mid-batch, the backend raising) stays
+        pending in Redis; it is tried again here, counted as a delivery, so one that keeps
+        failing is answered with errors and dead-lettered after max_deliveries."""
         try:
             await self._process(loaded, instance, entry)
         except asyncio.CancelledError:
@@ -94,7 +94,43 @@ class BatchLoop:
         except Exception:
             log.exception("batch processing failed; trying it again", extra={"model": loaded.name})
             await asyncio.sleep(0.2)
-            retry.put_nowait(dataclasses.replace(entry, deliveries=entry.deliveries + 1))
+            lane.put(dataclasses.replace(entry, deliveries=entry.deliveries + 1))
+            return
+        lane.held.discard(entry.entry_id)
+
+    async def _recover_own(self, stream: str, lane: Lane) -> bool:
+        """Batches pending under this worker that no loop has in hand go to the lane; those
+        deleted meanwhile are acked. False when Redis could not be asked yet."""
+        try:
+            pending = await streams.own_pending(self._redis, stream, keys.WORKER_GROUP, self._id)
+            lost = [(i, n) for i, n in pending if i not in lane.held]
+            if not lost:
+                return True
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for entry_id, _ in lost:
+                    pipe.xrange(stream, entry_id, entry_id)
+                rows = await pipe.execute()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("could not recover this worker's pending batches yet", exc_info=True)
+            await asyncio.sleep(0.2)
+            return False
+        deleted: list[bytes] = []
+        for (entry_id, delivered), row in zip(lost, rows, strict=True):
+            if entry_id in lane.held:  # another loop recovered it meanwhile
+                continue
+            if row and row[0][1]:
+                lane.put(streams.Entry(stream.encode(), entry_id, row[0][1], delivered))
+            else:
+                deleted.append(entry_id)
+        if deleted:  # finished by this worker, the ack lost: nothing left to do
+            with contextlib.suppress(Exception):
+                await self._redis.xack(stream, keys.WORKER_GROUP, *deleted)
+        log.warning(
+            "recovered this worker's pending batches", extra={"stream": stream, "count": len(lost)}
+        )
+        return True
 
     async def _recover_group(self, stream: str, exc: ResponseError) -> None:
         """NOGROUP: Redis restarted empty; recreate the group. Never let the loop die of it."""

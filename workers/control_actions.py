@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from shared import control, keys, model_config, repository
 from shared.control import ControlAck, ControlMessage, IndexEntry
 from shared.errors import ConchError
+from shared.model_paths import check_model_name
 from shared.repository import RepositoryModel
 from workers.backend import Backend
 from workers.loader import LoadedVersion, VersionLoadError
@@ -59,6 +60,10 @@ def ack(host: ModelHost, status: str, message: str = "", **kwargs: list[int]) ->
 async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
     name = message.model
     redis = host.redis
+    try:
+        check_model_name(name)
+    except ConchError as exc:
+        return ack(host, control.ACK_ERROR, exc.message)
     model_dir = Path(host.settings.model_repository) / name
     if not model_dir.is_dir():
         return ack(host, control.ACK_ERROR, f"no model directory '{name}' in the model repository")

@@ -1,7 +1,8 @@
-"""The worker's heartbeat: stay registered, keep every loaded version marked ready.
+"""Restoring what a Redis that restarted empty forgot: the model configs and consumer groups.
 
-A Redis that restarted empty has forgotten the model configs and the consumer groups; the
-heartbeat puts back what this worker serves, so the mesh recovers without restarting anything.
+The heartbeat itself (registry and readiness) runs on a thread of its own
+(``shared.heartbeat_thread``, started by ``workers.version_host``); this loop, at the same
+interval, puts back what this worker serves, so the mesh recovers without restarting anything.
 """
 
 from __future__ import annotations
@@ -9,23 +10,19 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from shared import keys, metrics, model_registry, streams
+from shared import keys, model_registry, streams
 from workers.version_host import VersionHost
 
 log = logging.getLogger(__name__)
 
 
-async def heartbeat_loop(host: VersionHost, stopping: asyncio.Event) -> None:
+async def restore_loop(host: VersionHost, stopping: asyncio.Event) -> None:
     while not stopping.is_set():
         await asyncio.sleep(host.settings.heartbeat_interval_ms / 1000)
         try:
-            await host.announce()
             await _restore_after_redis_loss(host)
         except Exception:
-            metrics.record_heartbeat("worker", False)
-            log.exception("worker heartbeat failed")
-        else:
-            metrics.record_heartbeat("worker", True)
+            log.exception("could not check the model registry")
 
 
 async def _restore_after_redis_loss(host: VersionHost) -> None:

@@ -22,9 +22,8 @@ from workers.backend_table import load_backend
 from workers.batch import BatchProcessor
 from workers.batch_loop import BatchLoop
 from workers.control import ModelControl
-from workers.heartbeat import heartbeat_loop
+from workers.heartbeat import restore_loop
 from workers.loaded_metrics import LoadedVersionMetrics
-from workers.loader import unload_instances
 from workers.reclaim import reclaim_loop
 from workers.settings import WorkerSettings
 from workers.startup import load_at_startup
@@ -45,7 +44,9 @@ class WorkerService:
         self._stopping = asyncio.Event()
         self._batches = BatchProcessor(self.redis, settings, self.id)
         loop = BatchLoop(self.redis, settings, self.id, self._stopping, self._batches)
-        self.versions = VersionHost(self.redis, settings, self.backend, self.id, loop.serve)
+        self.versions = VersionHost(
+            self.redis, settings, self.backend, self.id, loop.serve, self._batches.wait_idle
+        )
         self.control = ModelControl(self.versions)
 
     async def run(self) -> None:
@@ -63,10 +64,11 @@ class WorkerService:
             for version in list(versions.loaded.values()):
                 versions.serve(version)
             await versions.announce()
+            versions.heartbeats.start()
             metrics.on_scrape(LoadedVersionMetrics(self.settings.backend, versions.loaded).export)
             background = [
                 asyncio.create_task(metrics.redis_rtt_probe(self.redis, "worker"), name="rtt"),
-                asyncio.create_task(heartbeat_loop(versions, self._stopping), name="heartbeat"),
+                asyncio.create_task(restore_loop(versions, self._stopping), name="restore"),
                 asyncio.create_task(reclaim_loop(versions, self._stopping), name="reclaim"),
                 asyncio.create_task(self.control.run(), name="model-control"),
             ]
@@ -81,28 +83,33 @@ class WorkerService:
             await health.stop()
 
     async def _shutdown(self, background: list[asyncio.Task[None]]) -> None:
-        """Stop taking batches, finish the ones in flight, then leave the registry."""
+        """Stop taking batches, finish the ones in flight, then leave the registry. Heartbeats
+        go on while draining (the batches in hand stay this worker's) but mark nothing ready;
+        an instance is unloaded only once no execution runs on it."""
         self._stopping.set()
         self.ready.clear()
         for task in background:
             task.cancel()
-        loaded = self.versions.loaded
+        versions = self.versions
+        loaded = list(versions.loaded.values())
         try:
-            await readiness.unmark_ready(self.redis, self.id, list(loaded))
+            await versions.stop_announcing()
+            await readiness.unmark_ready(self.redis, self.id, list(versions.loaded))
         except Exception:
             log.exception("could not unmark readiness")
-        serving = self.versions.serving_tasks
+        serving = versions.serving_tasks
         if serving:
             _done, pending = await asyncio.wait(serving, timeout=self.settings.drain_timeout_s)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        await asyncio.to_thread(versions.heartbeats.stop)
         try:
             await heartbeats.deregister(self.redis, "worker", self.id)
         except Exception:
             log.exception("could not deregister")
-        for version in loaded.values():
-            unload_instances(version)
+        for version in loaded:
+            await versions.unload(version, timeout_s=self.settings.drain_timeout_s)
         if self._batches.executor is not None:
             self._batches.executor.shutdown(wait=False, cancel_futures=True)
         await self.redis.aclose()

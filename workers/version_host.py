@@ -14,24 +14,28 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import redis.asyncio as aioredis
 
 from shared import clock, heartbeats, keys, model_registry, readiness, streams
 from shared.errors import ConchError
+from shared.heartbeat_thread import HeartbeatThread
 from shared.repository import RepositoryModel
 from workers.backend import Backend, ModelInstance
+from workers.lane import Lane
 from workers.loader import LoadedVersion, VersionLoadError, load_version, unload_instances
 from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
 VersionKey = tuple[str, int]
-# The serving loop of one instance (``BatchLoop.serve``): version, instance, reclaimed batches.
-Serve = Callable[
-    [LoadedVersion, ModelInstance, asyncio.Queue[streams.Entry]], Coroutine[None, None, None]
-]
+# The serving loop of one instance (``BatchLoop.serve``): version, instance, the version's lane.
+Serve = Callable[[LoadedVersion, ModelInstance, Lane], Coroutine[None, None, None]]
+# Waits until none of these instances executes a batch (``BatchProcessor.wait_idle``); returns
+# the instances still executing when ``timeout_s`` (None: no limit) ran out.
+WaitIdle = Callable[[list[ModelInstance], float | None], Awaitable[list[ModelInstance]]]
 
 
 class VersionHost:
@@ -42,18 +46,32 @@ class VersionHost:
         backend: Backend,
         worker_id: str,
         serve: Serve,
+        wait_idle: WaitIdle,
     ):
         self.redis = redis
         self.settings = settings
         self.backend = backend
         self.id = worker_id
         self._serve = serve
+        self._wait_idle = wait_idle
         # The versions held, read by heartbeats, reclaim and the scrape hook, changed only here.
         # A version being stopped leaves it before it drains: no heartbeat announces it again.
         self.loaded: dict[VersionKey, LoadedVersion] = {}
-        # Batches reclaimed from dead workers, per version, taken before the stream's new ones.
-        self._reclaimed: dict[VersionKey, asyncio.Queue[streams.Entry]] = {}
+        # Per version: reclaimed and recovered batches, what is in hand, the stop signal.
+        self.lanes: dict[VersionKey, Lane] = {}
         self._serving: list[asyncio.Task[None]] = []
+        # False once shutting down: heartbeats keep the worker registered (its batches stay its
+        # own while it drains) but no longer mark any version ready.
+        self.announcing = True
+        self.heartbeats = HeartbeatThread(
+            settings.redis_url,
+            "worker",
+            worker_id,
+            ttl_ms=settings.heartbeat_ttl_ms,
+            interval_ms=settings.heartbeat_interval_ms,
+            info=self.info,
+            extra=self._queue_ready,
+        )
 
     @property
     def serving_tasks(self) -> list[asyncio.Task[None]]:
@@ -61,13 +79,35 @@ class VersionHost:
         return self._serving
 
     def info(self) -> dict[str, str]:
-        """The worker's heartbeat info, refreshed with every heartbeat."""
+        """The worker's heartbeat info, refreshed with every heartbeat (on its own thread)."""
         return {
             "backend": self.settings.backend,
             "pid": str(os.getpid()),
             "health_port": str(self.settings.health_port),
-            "models": ",".join(f"{m}:{v}" for m, v in self.loaded),
+            "models": ",".join(f"{m}:{v}" for m, v in list(self.loaded)),
         }
+
+    def _queue_ready(self, pipe: Any) -> None:
+        """The heartbeat thread's readiness marks (under its lock: see ``_leave``)."""
+        if self.announcing:
+            counts = {key: len(v.instances) for key, v in list(self.loaded.items())}
+            readiness.queue_ready(pipe, self.id, counts, self.settings.heartbeat_ttl_ms)
+
+    async def _leave(self, key: VersionKey) -> LoadedVersion | None:
+        """Stop announcing a version: no heartbeat computed before this lands after it."""
+        await asyncio.to_thread(self.heartbeats.lock.acquire)
+        try:
+            return self.loaded.pop(key, None)
+        finally:
+            self.heartbeats.lock.release()
+
+    async def stop_announcing(self) -> None:
+        """Shutting down: keep beating, mark nothing ready any more."""
+        await asyncio.to_thread(self.heartbeats.lock.acquire)
+        try:
+            self.announcing = False
+        finally:
+            self.heartbeats.lock.release()
 
     async def announce(self) -> None:
         """Heartbeat, and mark every loaded version ready with its instance count."""
@@ -78,22 +118,37 @@ class VersionHost:
 
     def requeue(self, key: VersionKey, entry: streams.Entry) -> None:
         """A batch reclaimed from a dead worker: the version's next idle instance takes it."""
-        self._reclaimed[key].put_nowait(entry)
+        lane = self.lanes.get(key)
+        if lane is not None:
+            lane.put(entry)
 
     def add(self, loaded: LoadedVersion) -> None:
         """Hold a loaded version (unloaded at shutdown); ``serve`` starts its instances."""
         key = (loaded.name, loaded.version)
         self.loaded[key] = loaded
-        self._reclaimed[key] = asyncio.Queue()
+        self.lanes[key] = Lane()
 
     def serve(self, loaded: LoadedVersion) -> None:
         """Start one serving task per instance of a version already held."""
         key = (loaded.name, loaded.version)
-        reclaimed = self._reclaimed[key]
+        lane = self.lanes[key]
         for instance in loaded.instances:
             self._serving.append(
-                asyncio.create_task(self._serve(loaded, instance, reclaimed), name=f"serve-{key}")
+                asyncio.create_task(self._serve(loaded, instance, lane), name=f"serve-{key}")
             )
+
+    async def unload(self, loaded: LoadedVersion, timeout_s: float | None = None) -> None:
+        """Unload the version's instances once none executes a batch: an instance unloaded
+        while ``execute`` still runs on its thread is a use-after-free (CUDA, TensorRT). One
+        still executing after ``timeout_s`` is left loaded (logged) rather than freed under it."""
+        busy = await self._wait_idle(loaded.instances, timeout_s)
+        if busy:
+            log.error(
+                "instances still executing; left loaded",
+                extra={"model": loaded.name, "version": loaded.version, "busy": len(busy)},
+            )
+        idle = [i for i in loaded.instances if all(i is not b for b in busy)]
+        await asyncio.to_thread(unload_instances, LoadedVersion(loaded.model, loaded.version, idle))
 
     # --- start and stop at runtime ----------------------------------------------------------
 
@@ -147,7 +202,7 @@ class VersionHost:
             pipe.incr(keys.policy_rev())
             await pipe.execute()
         await asyncio.sleep(self.settings.drain_route_delay_s)
-        loaded = self.loaded.pop(key, None)
+        loaded = await self._leave(key)
         if loaded is None:
             return
         await readiness.unmark_ready(self.redis, self.id, [key])
@@ -156,14 +211,24 @@ class VersionHost:
             if await self._drained(loaded):
                 break
             await asyncio.sleep(0.05)  # polling Redis: there is no event to wait on
+        lane = self.lanes.pop(key, None)
+        if lane is not None:
+            lane.stop.set()  # each loop finishes the batch in hand, then returns
         name = f"serve-{key}"
         tasks = [task for task in self._serving if task.get_name() == name]
         for task in tasks:
-            task.cancel()
             self._serving.remove(task)
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._reclaimed.pop(key, None)
-        await asyncio.to_thread(unload_instances, loaded)
+        # No cancelling: a loop returns once its batch is published and acked (or left pending
+        # after a failure), and a batch cut short would stay pending under this live worker.
+        while tasks:
+            _, still = await asyncio.wait(tasks, timeout=self.settings.drain_timeout_s)
+            if still:
+                log.warning(
+                    "waiting for batches still executing before unloading",
+                    extra={"model": model, "version": version, "loops": len(still)},
+                )
+            tasks = list(still)
+        await self.unload(loaded)
         log.info("model unloaded", extra={"model": model, "version": version})
 
     async def _drained(self, loaded: LoadedVersion) -> bool:

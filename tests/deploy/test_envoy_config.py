@@ -88,3 +88,20 @@ def test_envoy_rejects_a_broken_config(envoy_path: str, tmp_path: Path) -> None:
     config = _static(settings, {resources.Endpoint("127.0.0.1", 8000)})
     with pytest.raises(AssertionError, match="65535"):
         envoy_validate(envoy_path, config, tmp_path)
+
+
+def test_retries_happen_only_where_no_gateway_can_have_the_request(
+    envoy_path: str, tmp_path: Path
+) -> None:
+    """Issue 12: a plain ``reset`` retry re-sent requests a gateway had already queued (run
+    twice). Envoy's validate mode accepts unknown retry_on tokens silently, so the shipped
+    binary is also checked to know the one the policy relies on."""
+    settings = ControlPlaneSettings.from_env({})
+    policy = resources.route(settings).virtual_hosts[0].routes[0].route.retry_policy
+    assert set(policy.retry_on.split(",")) == {
+        "connect-failure",
+        "refused-stream",
+        "reset-before-request",
+    }
+    envoy_validate(envoy_path, _static(settings, {resources.Endpoint("127.0.0.1", 8000)}), tmp_path)
+    assert b"reset-before-request" in Path(envoy_path).read_bytes()

@@ -66,6 +66,16 @@ def recovery_mesh(
     write_slow_model(repo)
     flush_database(redis_server.url)
     mesh = Mesh(redis_server.url, repo, log_dir=tmp_path_factory.mktemp("logs"))
+    # Shorter bounds than the defaults, so that a killed worker's batches are taken over and a
+    # fleet without workers is refused within the seconds a test may take (defaults: a dead
+    # bound of 10 s, a gone bound of 30 s).
+    mesh.env_overrides.update(
+        {
+            "CONCH_WORKER_DEAD_BOUND_MS": "4000",
+            "CONCH_SCHEDULER_DEAD_BOUND_MS": "4000",
+            "CONCH_GATEWAY_GONE_BOUND_MS": "1000",
+        }
+    )
     try:
         mesh.start_scheduler()
         mesh.start_worker("worker-a")

@@ -19,10 +19,10 @@ import redis.asyncio as aioredis
 from conch.private_redis import PrivateRedis
 from scheduler.service import SchedulerService
 from scheduler.settings import SchedulerSettings
-from shared import envelope, keys, metrics, model_registry, readiness
+from shared import envelope, keys, metrics, model_registry, readiness, redis_conn
 from shared.envelope import InferRequest, RequestHeader, Tensor
 from shared.errors import ErrorCode
-from tests.queue_harness import MODEL, VERSION, eventually, model_config
+from tests.queue_harness import MODEL, VERSION, Harness, eventually, model_config
 from tests.tcp_proxy import TcpProxy
 
 
@@ -101,6 +101,32 @@ async def _done(value: bool) -> bool:
     return value
 
 
+# --- 10: a dispatch sent twice moves its requests once -------------------------------------------
+
+
+async def test_a_dispatch_sent_twice_moves_its_requests_once(proxy: TcpProxy, aredis) -> None:
+    """The connection drops after the dispatch went out and before its answer came back;
+    redis-py sends it again. Before: the MULTI ran twice and the batch was queued twice (its
+    requests executed twice)."""
+    client = redis_conn.connect(proxy.url(), name="conch-scheduler")
+    h = Harness(client, model_config(max_batch_size=4))
+    try:
+        for rid in ("dup-1", "dup-2"):
+            await h.submit(rid)
+        proxy.cut_after(b"dup-1")  # the dispatch carries the requests' payloads
+        h.start()
+        batches = await eventually(
+            lambda: _batch_ids(aredis, h.queue.batch_stream), lambda b: len(b) >= 1
+        )
+        await asyncio.sleep(0.3)  # a second batch, if any, would be there by now
+        assert proxy.cuts == 1
+        assert await _batch_ids(aredis, h.queue.batch_stream) == batches == [["dup-1", "dup-2"]]
+        assert len(h.queue) == 0
+    finally:
+        await h.stop()
+        await client.aclose()
+
+
 # --- the scheduler service: lost reads, malformed entries, retired queues ------------------------
 
 
@@ -175,8 +201,8 @@ BATCHES = keys.batch_stream(MODEL, VERSION)
 REPLIES = keys.reply_stream("faults")
 
 
-async def _batch_ids(r: aioredis.Redis) -> list[list[str]]:
-    rows = await r.xrange(BATCHES)
+async def _batch_ids(r: aioredis.Redis, stream: str | None = None) -> list[list[str]]:
+    rows = await r.xrange(stream or BATCHES)
     return [
         [envelope.decode_request(raw).id for raw in envelope.decode_batch(f[b"d"]).requests]
         for _, f in rows

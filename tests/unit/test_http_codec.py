@@ -19,10 +19,10 @@ import pytest
 import tritonclient.http as httpclient
 
 from gateway.http_codec import (
-    decompress,
     encode_infer_response,
     parse_infer_request,
 )
+from gateway.request_limits import decompress as bounded_decompress
 from shared import tensors
 from shared.envelope import Tensor
 from shared.errors import ConchError, ErrorCode
@@ -476,6 +476,12 @@ def test_binary_bytes_element_count_not_matching_the_shape_names_the_input() -> 
 
 # --- Content-Encoding ----------------------------------------------------------------------------
 
+LIMIT = 64 * 1024 * 1024
+
+
+def decompress(body: bytes, encoding: str | None) -> bytes:
+    return bounded_decompress(body, encoding, LIMIT)
+
 
 def test_gzip_and_deflate_bodies_are_decompressed() -> None:
     body, _ = triton_body([infer_input("INPUT0", INT32_ROW, "INT32", binary=False)])
@@ -624,3 +630,34 @@ def test_end_to_end_request_to_response() -> None:
         "echo", 1, parsed.id, echoed, {o.name: o.binary for o in parsed.outputs}
     )
     assert np.array_equal(read_back(out_body, out_length).as_numpy("INPUT0"), a)
+
+
+# --- issue 12: decompression is bounded ----------------------------------------------------------
+
+
+def test_a_gzip_bomb_is_refused_at_the_limit() -> None:
+    """Before: a 1 MB gzip body inflated to 1 GB on the event loop. Now inflating stops at the
+    limit and answers 413 naming it."""
+    bomb = gzip.compress(bytes(64 * 1024 * 1024))  # 64 MiB of zeros, ~64 KB compressed
+    with pytest.raises(ConchError) as exc_info:
+        bounded_decompress(bomb, "gzip", 1024 * 1024)
+    assert exc_info.value.code is ErrorCode.PAYLOAD_TOO_LARGE
+    assert "1048576 bytes" in exc_info.value.message
+
+
+def test_a_body_at_the_limit_inflates_whole() -> None:
+    body = bytes(range(256)) * 4096  # 1 MiB
+    assert bounded_decompress(gzip.compress(body), "gzip", len(body)) == body
+    assert bounded_decompress(zlib.compress(body), "deflate", len(body)) == body
+    with pytest.raises(ConchError):
+        bounded_decompress(zlib.compress(body), "deflate", len(body) - 1)
+
+
+def test_concatenated_gzip_members_are_one_body() -> None:
+    assert bounded_decompress(gzip.compress(b"ab") + gzip.compress(b"cd"), "gzip", 10) == b"abcd"
+
+
+def test_a_truncated_compressed_body_is_invalid() -> None:
+    with pytest.raises(ConchError) as exc_info:
+        bounded_decompress(gzip.compress(bytes(1000))[:-12], "gzip", LIMIT)
+    assert exc_info.value.code is ErrorCode.INVALID_ARG
