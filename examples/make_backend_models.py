@@ -23,6 +23,7 @@ from typing import Any
 from python_model_configs import (
     ACCUMULATOR_PY_CONFIG,
     PROBE_CONFIG,
+    RECORDER_CONFIG,
     REPEAT_INT32_CONFIG,
     SIMPLE_IDENTITY_CONFIG,
     SIMPLE_STRING_CONFIG,
@@ -197,6 +198,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "repeat_int32": _python_model("repeat_int32", REPEAT_INT32_CONFIG),
     "sequence_accumulator_py": _python_model("sequence_accumulator_py", ACCUMULATOR_PY_CONFIG),
     "simple_string_dyna_sequence": _python_model("simple_string_dyna_sequence", STRING_DYNA_CONFIG),
+    "chaos_recorder": _python_model("chaos_recorder", RECORDER_CONFIG),
 }
 
 

@@ -103,3 +103,22 @@ output [
 ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
+
+# The chaos suite's model (tests/chaos/): answers 3 * ID + 1 and records every execution by ID.
+# Three priority levels (the default, 2, for requests that name none) for the soak's mix.
+RECORDER_CONFIG = """\
+name: "chaos_recorder"
+backend: "python"
+max_batch_size: 8
+input [ { name: "ID" data_type: TYPE_INT64 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT64 dims: [ 1 ] },
+  { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] }
+]
+dynamic_batching {
+  max_queue_delay_microseconds: 1000
+  priority_levels: 3
+  default_priority_level: 2
+}
+instance_group [ { kind: KIND_CPU count: 2 } ]
+"""
