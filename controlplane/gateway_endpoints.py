@@ -2,6 +2,11 @@
 
 A gateway is live while its score in ``keys.service_registry("gateway")`` (its heartbeat expiry,
 ms since the epoch) is in the future; its address is in ``keys.service_info("gateway", id)``.
+A gateway whose heartbeat expired less than a grace period ago stays routed (with the address it
+last registered): a Redis that stalls for longer than the heartbeat TTL stops every gateway's
+heartbeat at once, and dropping them all would leave Envoy with no upstream while every gateway
+is alive. A gateway that stops cleanly leaves the registry at once; one that died is ejected by
+Envoy's own health checks within a second, long before the grace runs out.
 Several gateway processes may share one HTTP port (uvicorn workers), so entries are merged by
 address and port. Envoy only accepts IP addresses in EDS, so names (compose service names) are
 resolved here, and an unspecified address (a gateway that bound 0.0.0.0 and advertised it) is
@@ -40,10 +45,23 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-async def live_gateways(r: aioredis.Redis, now_ms: int | None = None) -> list[Registration]:
-    """Every gateway whose heartbeat has not expired and whose details are readable."""
+async def live_gateways(
+    r: aioredis.Redis,
+    now_ms: int | None = None,
+    grace_ms: int = 0,
+    remembered: dict[str, Registration] | None = None,
+) -> list[Registration]:
+    """Every gateway whose heartbeat expired less than ``grace_ms`` ago and whose details are
+    readable, or remembered in ``remembered`` (which this call brings up to date) from an
+    earlier read: a gateway's details expire with its heartbeat."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    ids = [_text(m) for m in await r.zrangebyscore(keys.service_registry("gateway"), now, "+inf")]
+    memory: dict[str, Registration] = {} if remembered is None else remembered
+    ids = [
+        _text(m)
+        for m in await r.zrangebyscore(keys.service_registry("gateway"), now - grace_ms, "+inf")
+    ]
+    for gone in set(memory) - set(ids):
+        del memory[gone]
     if not ids:
         return []
     async with r.pipeline(transaction=False) as pipe:
@@ -57,9 +75,13 @@ async def live_gateways(r: aioredis.Redis, now_ms: int | None = None) -> list[Re
             port = int(info["port"])
             host = info.get("host", "")
         except (KeyError, ValueError):
-            continue  # expired between the two reads, or not a gateway we can route to
+            # Expired (the heartbeat is late: use what it last said), or not routable.
+            if gateway_id in memory:
+                found.append(memory[gateway_id])
+            continue
         if 0 < port < 65536:
-            found.append(Registration(gateway_id, host, port))
+            memory[gateway_id] = Registration(gateway_id, host, port)
+            found.append(memory[gateway_id])
     return found
 
 

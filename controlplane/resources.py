@@ -21,6 +21,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (  # noq
     http_connection_manager_pb2,
 )
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
@@ -46,6 +47,9 @@ class Endpoint:
 
     address: str
     port: int
+
+
+_HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 
 def _seconds(value: float) -> str:
@@ -193,6 +197,18 @@ def cluster(s: ControlPlaneSettings) -> cluster_pb2.Cluster:
                 "http_health_check": {"path": s.health_check_path},
             }
         ],
+        # Envoy closes a pooled connection to a gateway before the gateway would (uvicorn's
+        # keep-alive timeout, 5 s): otherwise a request sent on a connection the gateway is
+        # closing that instant is cut ("connection termination"), and cannot be retried safely.
+        "typed_extension_protocol_options": {
+            _HTTP_OPTIONS: {
+                "@type": f"type.googleapis.com/{_HTTP_OPTIONS}",
+                "common_http_protocol_options": {
+                    "idle_timeout": _seconds(s.upstream_idle_timeout_s)
+                },
+                "explicit_http_config": {"http_protocol_options": {}},
+            }
+        },
         # A gateway that left the registry is gone now, not after it also fails a check.
         "ignore_health_on_host_removal": True,
         "common_lb_config": {

@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 
 from controlplane import resources
 from controlplane.ads import AggregatedDiscoveryService, add_to_server
-from controlplane.gateway_endpoints import Resolver, live_gateways
+from controlplane.gateway_endpoints import Registration, Resolver, live_gateways
 from controlplane.health import HealthServer
 from controlplane.metrics import Metrics
 from controlplane.settings import ControlPlaneSettings
@@ -89,10 +89,12 @@ class ControlPlane:
         s = self.settings
         redis = redis_conn.connect(s.redis_url, max_connections=4, name="conch-controlplane")
         failing = False
+        remembered: dict[str, Registration] = {}
+        grace_ms = int(s.gateway_grace_s * 1000)
         try:
             while not self._stop.is_set():
                 try:
-                    regs = await live_gateways(redis)
+                    regs = await live_gateways(redis, grace_ms=grace_ms, remembered=remembered)
                     self.publish(await self.resolver.endpoints(regs))
                     if failing:
                         log.info("gateway registry readable again")

@@ -40,6 +40,9 @@ class ControlPlaneSettings(Settings, kw_only=True):
     # The EDS cluster of gateways.
     cluster_name: str = "conch_gateways"
     connect_timeout_s: float = 1.0
+    # Shorter than the gateway's HTTP keep-alive timeout (5 s), so Envoy, not the gateway,
+    # closes an idle connection: a request is never sent on one being closed.
+    upstream_idle_timeout_s: float = 3.0
     lb_policy: str = "LEAST_REQUEST"
     health_check_path: str = "/v2/health/ready"
     health_check_interval_s: float = 0.5
@@ -55,6 +58,9 @@ class ControlPlaneSettings(Settings, kw_only=True):
 
     # How often live gateways are re-read from Redis (joins/leaves reach Envoy within ~this).
     poll_interval_s: float = 0.25
+    # A gateway whose heartbeat is late by less than this stays routed (a Redis stall longer
+    # than the heartbeat TTL must not empty the edge); Envoy's health checks eject a dead one.
+    gateway_grace_s: float = 10.0
     # Gateways that register an unspecified address (0.0.0.0, ::) are reached at this one.
     fallback_host: str = "127.0.0.1"
     # How long DNS names registered by gateways are cached before being resolved again.

@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
 from gateway.admission import Admission
+from gateway.admission_retry import admit_within
 from gateway.admission_script import ENQUEUE_LUA, NO_WORKER, QUEUE_FULL, admission_call
 from gateway.auth import Tenant
 from gateway.caller import ANONYMOUS_CALLER, Caller
@@ -173,7 +175,9 @@ class DataPlane:
         )
         future = self.replies.expect(request_id)
         if spec is not None:  # a sequence: its own queue, in arrival order (no scheduler)
-            admit = self._sequences.admit(config, spec, sequence, payload)
+
+            def admit() -> Awaitable[int]:
+                return self._sequences.admit(config, spec, sequence, payload)
         else:
             call = admission_call(
                 model=model,
@@ -187,13 +191,16 @@ class DataPlane:
                 header=envelope.encode(header),
                 data=envelope.encode(payload),
             )
-            admit = self._enqueue(keys=call.keys, args=call.args)
+
+            def admit() -> Awaitable[int]:
+                return self._enqueue(keys=call.keys, args=call.args)
+
         try:
             # The deadline bounds the whole exchange with Redis: the enqueue as well as the wait.
             timeout_s = (deadline - now) / 1000 + _GRACE_S
             try:
                 async with asyncio.timeout(timeout_s):
-                    admitted = await admit
+                    admitted = await admit_within(admit, deadline, model)
                     self._refuse(
                         admitted,
                         model,

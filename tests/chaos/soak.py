@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from shared.keys import service_registry
 from tests.chaos.chaos_mesh import ADMIN_TOKEN, ChaosMesh
 from tests.chaos.faults import FAULTS
 from tests.chaos.ledger import Ledger
@@ -121,14 +122,30 @@ def redis_keys(mesh: ChaosMesh) -> set[str]:
         client.close()
 
 
+def live_service_ids(mesh: ChaosMesh) -> set[str]:
+    """Ids of the services heartbeating now: a process a fault restarted runs under a new id,
+    and its own keys (reply stream, service details) are its, not left over."""
+    client = mesh.inspect()
+    try:
+        now_ms = int(time.time() * 1000)
+        found: set[str] = set()
+        for kind in ("gateway", "scheduler", "worker"):
+            members = client.zrangebyscore(service_registry(kind), now_ms, "+inf")
+            found |= {m.decode() for m in members}
+        return found
+    finally:
+        client.close()
+
+
 def keys_after_traffic(mesh: ChaosMesh, baseline: set[str]) -> tuple[int, list[str]]:
     """Wait (bounded) for the keys a finished run may leave for a while to expire; returns the
-    count then and the keys that were not there before the run."""
+    count then and the keys that were not there before the run and belong to no live service."""
     deadline = time.monotonic() + KEYS_SETTLE_S
     while True:
         now = redis_keys(mesh)
-        extra = sorted(now - baseline)
-        if len(now) <= len(baseline) or time.monotonic() > deadline:
+        live = live_service_ids(mesh)
+        extra = sorted(k for k in now - baseline if not any(i in k for i in live))
+        if not extra or time.monotonic() > deadline:
             return len(now), extra
         time.sleep(2)
 

@@ -50,7 +50,14 @@ def edge(edge_redis_url: str, deploy_tmp: Path, envoy_path: str) -> Iterator[pro
     """The control plane and Envoy as ``conch up --with-envoy`` would start them."""
     workdir = deploy_tmp / "edge"
     plan = envoy_edge.plan_edge(
-        edge_redis_url, procs.free_port(), workdir=workdir, envoy_path=envoy_path, concurrency=1
+        edge_redis_url,
+        procs.free_port(),
+        workdir=workdir,
+        envoy_path=envoy_path,
+        concurrency=1,
+        # The tests watch a killed gateway's endpoint leave EDS; the default grace for a late
+        # heartbeat (10 s, ``test_controlplane_logic``) would only make them wait longer.
+        controlplane_env={"CONCH_CONTROLPLANE_GATEWAY_GRACE_S": str(procs.GATEWAY_GRACE_S)},
     )
     plane = procs.Proc("controlplane", plan.controlplane.argv, plan.controlplane.env, deploy_tmp)
     envoy = None

@@ -25,6 +25,8 @@ from conch.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = Path(__file__).resolve().parent / "standin_gateway.py"
+# The control plane's grace for a late gateway heartbeat in these tests (default 10 s).
+GATEWAY_GRACE_S = 1.0
 
 # The gateways the Envoy tests run against: the real one (``conch gateway``) and a stand-in
 # that keeps only the registry contract, so a failure tells whether the edge or the gateway

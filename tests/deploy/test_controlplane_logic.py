@@ -159,6 +159,41 @@ async def test_live_gateways_follow_heartbeat_expiry(edge_redis_url: str) -> Non
         await client.aclose()
 
 
+async def test_a_late_heartbeat_keeps_its_gateway_routed_within_the_grace(
+    edge_redis_url: str,
+) -> None:
+    """A Redis stall longer than the heartbeat TTL expires every gateway's heartbeat and details
+    at once: within the grace the control plane keeps routing to the address it last read,
+    a gateway past the grace or deregistered (gone from the registry) is dropped."""
+    client = aioredis.Redis.from_url(edge_redis_url)
+    now = int(time.time() * 1000)
+    registry = keys.service_registry("gateway")
+    info = keys.service_info("gateway", "late")
+    remembered: dict[str, Registration] = {}
+    try:
+        await client.delete(registry)
+        await client.zadd(registry, {"late": now + 3000})
+        await client.hset(info, mapping={"host": "h", "port": "7"})
+        assert await live_gateways(client, now, 10_000, remembered) == [
+            Registration("late", "h", 7)
+        ]
+        await client.delete(info)  # the details expired with the heartbeat
+        later = now + 3000 + 5_000  # the heartbeat is 5 s late
+        assert await live_gateways(client, later) == []
+        assert await live_gateways(client, later, 10_000, remembered) == [
+            Registration("late", "h", 7)
+        ]
+        assert await live_gateways(client, now + 3000 + 11_000, 10_000, remembered) == []
+        assert remembered == {}
+        await client.zrem(registry, "late")  # a clean stop
+        assert (
+            await live_gateways(client, later, 10_000, {"late": Registration("late", "h", 7)}) == []
+        )
+    finally:
+        await client.delete(registry, info)
+        await client.aclose()
+
+
 def test_health_routes() -> None:
     ready = {"value": False}
     server = HealthServer(Metrics(), ready=lambda: ready["value"])

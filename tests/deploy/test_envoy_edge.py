@@ -85,8 +85,11 @@ def test_envoy_follows_gateways_without_failed_requests(
         assert all(start <= killed_at + CUT_WINDOW_S for start, _, _ in failed), failed[:5]
         # Envoy was never restarted: the same process applied every change.
         assert edge.envoy.alive() and edge.envoy.pid == envoy_pid
-        # The killed gateway's registration expires (3 s) and its endpoint leaves EDS.
-        procs.wait_until(lambda: port_a not in _usable(edge), 3.0 + FOLLOW_S)
+        # The killed gateway's registration expires (3 s), and after the grace for a late
+        # heartbeat its endpoint leaves EDS.
+        procs.wait_until(
+            lambda: port_a not in _usable(edge), 3.0 + procs.GATEWAY_GRACE_S + FOLLOW_S
+        )
         assert set(_usable(edge)) >= {port_b, port_c}
         print(
             f"kill->unrouted {gone:.2f}s, listening->routed {joined:.2f}s, "
