@@ -114,7 +114,7 @@ async def model_statistics(
 async def infer(request: Request, model: str, version: str | None = None) -> Response:
     state = _state(request)
     dataplane, limit = state.dataplane, state.settings.max_request_bytes
-    caller = rest_infer.before_body(dataplane, model, request.headers, limit)
+    caller = await rest_infer.before_body(dataplane, model, request.headers, limit)
     try:  # Litestar reads no more than request_max_body_size (413 beyond it)
         body = await request.body()
         response = await rest_infer.infer(

@@ -19,7 +19,7 @@ from typing import Any
 from litestar import Litestar
 
 from gateway import rest_infer
-from gateway.errors import error_parts, internal_error
+from gateway.errors import REDIS_ERRORS, error_parts, internal_error, redis_unavailable
 from gateway.request_limits import read_body
 from shared.errors import ConchError
 
@@ -63,11 +63,13 @@ class FastInferApp:
         dataplane, limit = gateway.dataplane, gateway.settings.max_request_bytes
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw_headers}
         try:
-            caller = rest_infer.before_body(dataplane, route[0], headers, limit)
+            caller = await rest_infer.before_body(dataplane, route[0], headers, limit)
         except ConchError as exc:
             return rest_infer.RestResponse(
                 *error_parts(exc.code, exc.message, exc.retry_after_s)
             ), False
+        except REDIS_ERRORS as exc:  # the table's second look met a Redis outage
+            return rest_infer.RestResponse(*redis_unavailable(exc, f"infer {route[0]}")), False
         try:
             body = await read_body(receive, limit)
             if body is None:

@@ -35,12 +35,17 @@ class RestResponse:
         self.headers = headers or {}
 
 
-def before_body(
+async def before_body(
     dataplane: DataPlane, model: str, headers: Mapping[str, str], max_request_bytes: int
 ) -> Caller:
     """Raise the answer the headers alone call for; otherwise the authenticated caller, holding
-    one of this process's in-flight slots (the caller gives it back: ``in_flight.leave``)."""
-    dataplane.table.config(model)  # 404 for an unknown model
+    one of this process's in-flight slots (the caller gives it back: ``in_flight.leave``).
+
+    A model this process's table lacks gets the table's second look in Redis before the 404:
+    the table is refreshed on an interval, and a model that a worker announced a moment ago is
+    loading (503), not unknown."""
+    if model not in dataplane.table.configs:
+        await dataplane.table.config_after_miss(model)
     caller = dataplane.authenticate(
         model, Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
     )
