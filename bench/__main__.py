@@ -23,11 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import sequences
+import psutil
+
+from bench import idle, sequences
 from bench.cells import Cell, parse_cells
 from bench.models import NAMES
 from bench.models import write as write_memory_bound
-from bench.processes import ProcessCpu, start_mesh, start_peer, stop
+from bench.processes import ProcessCpu, label, start_mesh, start_peer, stop
 from bench.report import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
         "local,size=SIZE); a cell's model NAME_cached is NAME with response_cache enabled",
     )
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=20.0,
+        help="with --start, measure the idle mesh's CPU and wake-ups this long first (0: skip)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-results/results.jsonl"))
     args = parser.parse_args(argv)
 
@@ -96,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         sequences.write(repo)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
+    extra_rows: list[dict[str, Any]] = []  # not cells of the table (the idle line)
+    idle_line = ""
 
     if args.peer:
         peer = start_peer(args.harness, args.peer_port, env)
@@ -123,15 +133,35 @@ def main(argv: list[str] | None = None) -> int:
     url = args.url or f"http://127.0.0.1:{args.port}"
     try:
         cpu = ProcessCpu.for_mesh(mesh)
+        if mesh is not None and args.idle_seconds > 0:
+            time.sleep(2)  # start-up's last writes settle
+            whole = [psutil.Process(mesh.pid), *cpu.processes]
+            cost = idle.measure(whole, label, args.idle_seconds)
+            print(cost.line(), flush=True)
+            idle_line = cost.line()
+            extra_rows.append(
+                {
+                    "server": "conch",
+                    "cell": "idle",
+                    "seconds": round(cost.seconds, 1),
+                    "cores": round(cost.cores, 4),
+                    "wakeups_per_s": round(cost.wakeups_per_s, 1),
+                    "by_label": {
+                        k: [round(c, 4), round(w, 1)] for k, (c, w) in cost.by_label.items()
+                    },
+                }
+            )
         for cell in cells:
             rows.append(_run_cell(load_sh, url, "conch", cell, args, env, cpu))
     finally:
         if mesh is not None:
             stop(mesh)
     with args.out.open("a") as out:
-        for row in rows:
+        for row in rows + extra_rows:
             out.write(json.dumps(row) + "\n")
     print(markdown_table(rows))
+    if idle_line:
+        print(f"\n{idle_line}")
     print(f"\n{len(rows)} rows appended to {args.out}")
     return 0
 

@@ -100,7 +100,7 @@ class ProcessCpu:
         for process in self.processes:
             if process.pid not in before or process.pid not in after:
                 continue
-            name = _label(process)
+            name = label(process)
             usage[name] = round(
                 usage.get(name, 0.0) + (after[process.pid] - before[process.pid]) / wall_s, 3
             )
@@ -118,15 +118,17 @@ def _is_mesh(cmdline: list[str]) -> bool:
     )
 
 
-def _label(process: psutil.Process) -> str:
+def label(process: psutil.Process) -> str:
     text = " ".join(process.cmdline())
     for key, label in (
         ("-m scheduler", "scheduler"),
         ("-m workers", "worker"),
         ("valkey-server", "redis"),
         ("redis-server", "redis"),
+        ("gateway.process", "gateway"),
         ("-m gateway", "gateway-supervisor"),
         ("multiprocessing", "gateway"),
+        ("-m conch", "conch-up"),
     ):
         if key in text:
             return label

@@ -7,12 +7,14 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ctypes
 import os
 import signal
 import socket
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 
@@ -49,7 +51,33 @@ def main(argv: list[str] | None = None) -> None:
         timeout_graceful_shutdown=graceful_shutdown_s(settings),
     )
     sock = socket.socket(fileno=args.fd)
-    uvicorn.Server(config).run(sockets=[sock])
+    QuietServer(config).run(sockets=[sock])
+
+
+class QuietServer(uvicorn.Server):
+    """uvicorn's main loop wakes every 0.1 s to look for a stop request; this one wakes once a
+    second (the Date header's resolution, which its tick refreshes) and at once when a stop
+    signal arrives: an idle gateway process should not wake ten times a second for nothing."""
+
+    _wake: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    async def main_loop(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 1.0)
+            counter = (counter + 10) % 864_000  # a multiple of 10: on_tick's once-a-second work
+            should_exit = await self.on_tick(counter)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self._loop is not None and self._wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                self._loop.call_soon_threadsafe(self._wake.set)
 
 
 def _stop_with(parent: int) -> None:

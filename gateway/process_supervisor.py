@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -30,6 +31,10 @@ log = logging.getLogger("gateway.supervisor")
 # A process drains for its graceful shutdown (the deadline and a margin); then it is killed.
 KILL_AFTER_GRACE_S = 10.0
 QUICK_DEATH_S = 10.0  # a process that dies sooner than this after starting counts towards back-off
+# How often the watch looks without a signal: while a process starts (its status file says when
+# it serves) or waits out a back-off, and once every process serves.
+STARTING_LOOK_S = 0.1
+SETTLED_LOOK_S = 5.0
 
 
 def backoff_s(failures: int) -> float:
@@ -72,6 +77,14 @@ class GatewayProcesses:
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._request_stop)
+        # A child's exit or a stop request wakes the watch at once (the signal's byte on a
+        # pipe); otherwise it looks quickly only while a process is starting or due a restart,
+        # and every few seconds once all serve: an idle gateway wakes no more than it must.
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        previous_fd = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         try:
             for slot in self._slots:
                 self._start(slot)
@@ -79,9 +92,15 @@ class GatewayProcesses:
                 code = self._check()
                 if code is not None:
                     return code
-                time.sleep(0.1)
+                settled = all(s.process is not None and s.served for s in self._slots)
+                select.select([wake_r], [], [], SETTLED_LOOK_S if settled else STARTING_LOOK_S)
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
             return 0
         finally:
+            signal.set_wakeup_fd(previous_fd)
+            os.close(wake_r)
+            os.close(wake_w)
             self._stop_all()
 
     def _request_stop(self, signum: int, _frame: object) -> None:
