@@ -277,3 +277,28 @@ def sequence_bell(model: str, version: int, instance: str) -> str:
 def sequence_backlog(model: str, version: int) -> str:
     """ZSET sequence -> arrival (ms): sequences waiting for a free slot, oldest first."""
     return f"{sequence_prefix(model, version)}backlog"
+
+
+# --- Ensembles: the progress of each ensemble request, and its steps' replies ------------------
+# Every key shares the ensemble's hash tag, so the scripts that start, record and finish an
+# ensemble request (with its request stream entry) touch one Redis Cluster slot.
+
+
+def ensemble_state(model: str, version: int, request_id: str) -> str:
+    """HASH of one ensemble request in flight: the request (``req``), its stream entry
+    (``entry``), each produced tensor (``t:<name>``), each answered step (``d:<step>``) and each
+    launched step's child request id (``c:<step>``, the cancel tree's hook); expires a little
+    after the request's deadline and is deleted when the request finishes."""
+    return f"{_model(model)}:ens:{version}:r:{request_id}"
+
+
+def ensemble_steps(model: str, version: int) -> str:
+    """STREAM of the composing models' replies to an ensemble's steps, consumed by the
+    schedulers' group (any replica continues any ensemble request)."""
+    return f"{_model(model)}:ens:{version}:steps"
+
+
+def is_gateway_reply_stream(name: str) -> bool:
+    """Reply streams of gateway processes (and BLS clients) expire when their reader is gone;
+    durable reply streams (an ensemble's steps) are consumed by a group and never expire."""
+    return name.startswith(f"{PREFIX}:reply:")

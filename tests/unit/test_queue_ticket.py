@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.queue_ticket import QueueTicket, queue_ticket
+from shared.queue_ticket import QueueTicket, queue_ticket
 from shared.errors import ConchError, ErrorCode
 from shared.model_config import ModelConfig, parse_pbtxt
 
