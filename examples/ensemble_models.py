@@ -82,8 +82,7 @@ def _config(name: str, widths: tuple[int, int]) -> str:
     return (
         f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 64\n'
         f'input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {widths[0]} ] }} ]\n'
-        f'output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {widths[1]} ] }} ]\n'
-        + _BATCHING
+        f'output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {widths[1]} ] }} ]\n' + _BATCHING
     )
 
 

@@ -15,9 +15,9 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
+from shared import clock, envelope, keys, readiness, streams
 from shared.admission_script import ENQUEUE_LUA, admission_call
 from shared.coalesced_script import CoalescedScript
-from shared import clock, envelope, keys, readiness, streams
 from shared.envelope import InferRequest, RequestHeader, Tensor
 
 MODEL, VERSION, PRIORITY = "simple", 1, 1
