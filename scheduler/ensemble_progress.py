@@ -153,16 +153,17 @@ class EnsembleProgress:
             )
             return
         elapsed_ns = max(0, now - request.enqueued_ms) * 1_000_000
+        batch = request.inputs[0].shape[0] if self.config.max_batch_size and request.inputs else 1
         reply = Reply(
             id=request.id,
             model=self.model,
             version=self.version,
             outputs=[tensors[name] for name in wanted],
-            timing=Timing(compute_infer_ns=elapsed_ns, batch_size=1),
+            timing=Timing(compute_infer_ns=elapsed_ns, batch_size=batch),
         )
         counters = {
             "success_count": 1,
-            "inference_count": 1,
+            "inference_count": batch,
             "execution_count": 1,
             "compute_infer_ns": elapsed_ns,
         }

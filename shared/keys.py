@@ -279,26 +279,20 @@ def sequence_backlog(model: str, version: int) -> str:
     return f"{sequence_prefix(model, version)}backlog"
 
 
-# --- Ensembles: the progress of each ensemble request, and its steps' replies ------------------
-# Every key shares the ensemble's hash tag, so the scripts that start, record and finish an
-# ensemble request (with its request stream entry) touch one Redis Cluster slot.
+# --- Ensembles (every key under the ensemble's hash tag: its scripts touch one slot) ------------
 
 
 def ensemble_state(model: str, version: int, request_id: str) -> str:
-    """HASH of one ensemble request in flight: the request (``req``), its stream entry
-    (``entry``), each produced tensor (``t:<name>``), each answered step (``d:<step>``) and each
-    launched step's child request id (``c:<step>``, the cancel tree's hook); expires a little
-    after the request's deadline and is deleted when the request finishes."""
+    """HASH of one ensemble request in flight: ``req``, ``entry``, produced tensors ``t:<name>``,
+    answered steps ``d:<step>``, launched steps' child request ids ``c:<step>`` (cancel hook)."""
     return f"{_model(model)}:ens:{version}:r:{request_id}"
 
 
 def ensemble_steps(model: str, version: int) -> str:
-    """STREAM of the composing models' replies to an ensemble's steps, consumed by the
-    schedulers' group (any replica continues any ensemble request)."""
+    """STREAM of the replies to an ensemble's steps, consumed by the schedulers' group."""
     return f"{_model(model)}:ens:{version}:steps"
 
 
 def is_gateway_reply_stream(name: str) -> bool:
-    """Reply streams of gateway processes (and BLS clients) expire when their reader is gone;
-    durable reply streams (an ensemble's steps) are consumed by a group and never expire."""
+    """Reply streams with one reader expire when it is gone; an ensemble's step stream does not."""
     return name.startswith(f"{PREFIX}:reply:")
