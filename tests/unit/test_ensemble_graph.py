@@ -12,8 +12,10 @@ PAIR = """\
 name: "pair"
 backend: "onnxruntime"
 max_batch_size: 8
-input [ { name: "A" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "B" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+input [ { name: "A" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "B" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] },
+         { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
 
 
