@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script's sibling, not a package
 from python_model_configs import (
     ACCUMULATOR_PY_CONFIG,
     BLS_PIPELINE_CONFIG,
