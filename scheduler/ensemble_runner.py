@@ -158,7 +158,11 @@ class EnsembleRunner:
     async def _step_reply(self, entry: streams.Entry) -> None:
         try:
             payload = entry.fields.get(keys.FIELD_DATA)
-            replies = envelope.decode_replies(payload) if payload else []
+            try:
+                replies = envelope.decode_replies(payload) if payload else []
+            except Exception:  # nothing in it can be answered: acked, never retried
+                log.exception("undecodable step reply dropped", extra={"model": self.model})
+                replies = []
             await asyncio.gather(*(self._one_step(reply) for reply in replies))
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.xack(self.steps_stream, keys.SCHEDULER_GROUP, entry.entry_id)
