@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import sequences
+from bench import ensembles, sequences
 from bench.cells import Cell, parse_cells
 from bench.models import NAMES
 from bench.models import write as write_memory_bound
@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         write_memory_bound(repo)
     if any(cell.sequence for cell in cells):
         sequences.write(repo)
+    if any(ensembles.wanted(cell) for cell in cells):
+        ensembles.write(repo)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
 
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         peer = start_peer(args.harness, args.peer_port, env)
         try:
             for cell in cells:
-                if cell.binary or cell.sequence or cell.model in NAMES:
+                if cell.binary or cell.sequence or cell.model in NAMES or ensembles.wanted(cell):
                     continue  # the peer answers binary with 422/500 and serves only mlp, add_sub
                 rows.append(
                     _run_cell(
@@ -147,6 +149,13 @@ def _run_cell(
 ) -> dict[str, Any]:
     if cell.sequence:
         return _run_sequence_cell(url, label, cell, args, cpu)
+    if ensembles.wanted(cell):
+        started = cpu.snapshot() if cpu else None
+        wall = time.monotonic()
+        row = ensembles.run(url, label, cell, args.duration, args.warmup)
+        if cpu and started is not None:
+            row["cpu_cores"] = cpu.cores_since(started, time.monotonic() - wall)
+        return row
     cell_env = {
         **env,
         "SERVER": label,

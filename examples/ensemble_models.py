@@ -139,27 +139,25 @@ def build_mlp_ensemble() -> EnsembleExample:
     )
 
 
-def build_add_sub_chain() -> EnsembleExample:
-    steps = []
-    for i in range(3):
-        inputs = (
-            {"INPUT0": "INPUT0", "INPUT1": "INPUT1"}
-            if i == 0
-            else {"INPUT0": f"sum{i}", "INPUT1": f"diff{i}"}
-        )
-        outputs = (
-            {"OUTPUT0": "OUTPUT0", "OUTPUT1": "OUTPUT1"}
-            if i == 2
-            else {"OUTPUT0": f"sum{i + 1}", "OUTPUT1": f"diff{i + 1}"}
-        )
-        steps.append(_step("add_sub", inputs, outputs))
-    tensors = ", ".join(
-        f'{{ name: "{n}" data_type: TYPE_FP32 dims: [ 16 ] }}' for n in ("INPUT0", "INPUT1")
+def build_add_sub_chain(steps: int = 3, name: str = "add_sub_chain") -> EnsembleExample:
+    """``steps`` add_sub steps one after another: each step's sum and difference are the next
+    step's inputs (3 steps: OUTPUT0 = 2 * (INPUT0 + INPUT1), OUTPUT1 = 2 * (INPUT0 - INPUT1))."""
+    chain = []
+    for i in range(steps):
+        first, last = i == 0, i == steps - 1
+        inputs = {"INPUT0": "INPUT0", "INPUT1": "INPUT1"}
+        if not first:
+            inputs = {"INPUT0": f"sum{i}", "INPUT1": f"diff{i}"}
+        outputs = {"OUTPUT0": "OUTPUT0", "OUTPUT1": "OUTPUT1"}
+        if not last:
+            outputs = {"OUTPUT0": f"sum{i + 1}", "OUTPUT1": f"diff{i + 1}"}
+        chain.append(_step("add_sub", inputs, outputs))
+    pair = ("INPUT0", "INPUT1"), ("OUTPUT0", "OUTPUT1")
+    tensors, outputs_text = (
+        ", ".join(f'{{ name: "{n}" data_type: TYPE_FP32 dims: [ 16 ] }}' for n in names)
+        for names in pair
     )
-    outputs = ", ".join(
-        f'{{ name: "{n}" data_type: TYPE_FP32 dims: [ 16 ] }}' for n in ("OUTPUT0", "OUTPUT1")
-    )
-    return _ensemble("add_sub_chain", tensors, outputs, steps)
+    return _ensemble(name, tensors, outputs_text, chain)
 
 
 BUILDERS = {
