@@ -1,5 +1,5 @@
-"""What a scheduler needs to run ensembles: the composing models' readiness, the submitter of
-steps, and the ensemble's own readiness.
+"""What a scheduler needs to run ensembles: the composing models' readiness (which version a
+step runs on) and the ensemble's own readiness.
 
 An ensemble has no worker: every scheduler runs it. It is READY while its composing models are
 (each step's model has a ready version: the one the step names, or any for -1): each scheduler
@@ -20,7 +20,6 @@ from scheduler.settings import SchedulerSettings
 from shared import readiness
 from shared.ensemble_graph import steps_of
 from shared.model_config import ModelConfig
-from shared.submission import Submitter
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ class EnsembleHost:
         self._redis = r
         self._consumer = consumer
         self._on_failure = on_failure
-        self.submitter = Submitter(r, settings.gone_bound_ms)
+        self._gone_ms = settings.gone_bound_ms
         self._ttl_ms = max(settings.heartbeat_ttl_ms, 4 * settings.refresh_interval_ms)
         self._configs: Mapping[str, ModelConfig] = {}
         self._versions: Mapping[str, Mapping[int, int]] = {}
@@ -63,7 +62,7 @@ class EnsembleHost:
             self._redis,
             config,
             version,
-            self.submitter,
+            self._gone_ms,
             self.resolve,
             consumer=self._consumer,
             on_failure=self._on_failure,

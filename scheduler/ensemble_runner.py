@@ -26,15 +26,15 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import Pipeline
 
 from scheduler import ensemble_scripts as scripts
-from scheduler.ensemble_progress import EnsembleProgress, Resolve, parse_child
+from scheduler.ensemble_progress import EnsembleProgress, Resolve, parse_child, recorded
 from shared import envelope, keys, streams
-from shared.ensemble_graph import steps_of
+from shared.ensemble_graph import Step, steps_of
 from shared.envelope import InferRequest, RequestHeader
 from shared.errors import ErrorCode
 from shared.model_config import ModelConfig
-from shared.submission import Submitter
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class EnsembleRunner:
         r: aioredis.Redis,
         config: ModelConfig,
         version: int,
-        submitter: Submitter,
+        gone_ms: int,
         resolve: Resolve,
         *,
         consumer: str,
@@ -60,7 +60,7 @@ class EnsembleRunner:
         self.consumer = consumer
         self._on_failure = on_failure
         self.progress = EnsembleProgress(
-            r, config, version, steps_of(config), submitter, resolve, on_finished=self.finished
+            r, config, version, steps_of(config), gone_ms, resolve, on_finished=self.finished
         )
         self.steps_stream = keys.ensemble_steps(self.model, version).encode()
         # Request entries this scheduler owns: request id -> (deadline ms, stream, entry id).
@@ -69,6 +69,9 @@ class EnsembleRunner:
         self._working: set[bytes] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._woken = asyncio.Event()
+        self._arrivals: list[tuple[RequestHeader, bytes, bytes, bytes]] = []
+        self._replies: list[streams.Entry] = []
+        self._flush_due = False
 
     # --- the queue interface -----------------------------------------------------------------
 
@@ -96,13 +99,30 @@ class EnsembleRunner:
         self._owned[header.id] = (header.deadline_ms, stream, entry_id)
         heapq.heappush(self._deadlines, (header.deadline_ms, header.id))
         self._woken.set()
-        self._spawn(self._start(header, stream, entry_id, data), header.id)
+        self._arrivals.append((header, stream, entry_id, data))
+        self._soon()
 
     def on_step_reply(self, entry: streams.Entry) -> None:
         if entry.entry_id in self._working:
             return
         self._working.add(entry.entry_id)
-        self._spawn(self._step_reply(entry), entry.entry_id.decode())
+        self._replies.append(entry)
+        self._soon()
+
+    def _soon(self) -> None:
+        """What one read brought is written together: one pipeline per stage for all of it."""
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        if self._arrivals:
+            arrivals, self._arrivals = self._arrivals, []
+            self._spawn(self._start(arrivals), "start")
+        if self._replies:
+            entries, self._replies = self._replies, []
+            self._spawn(self._step_replies(entries), "steps")
 
     async def retire(self, reason: str) -> None:
         """Answer every request this scheduler owns with an error (its version is unloaded)."""
@@ -133,74 +153,93 @@ class EnsembleRunner:
 
     # --- the work ----------------------------------------------------------------------------
 
-    async def _start(
-        self, header: RequestHeader, stream: bytes, entry_id: bytes, data: bytes
-    ) -> None:
+    async def _start(self, arrivals: list[tuple[RequestHeader, bytes, bytes, bytes]]) -> None:
+        """Create (or find: a resumed request) each request's state, then submit its first
+        steps: two pipelines for every request one read brought."""
         try:
-            await self._start_owned(header, stream, entry_id, data)
+            now = int(time.time() * 1000)
+            requests = [envelope.decode_request(data) for _, _, _, data in arrivals]
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for (header, stream, entry_id, data), request in zip(
+                    arrivals, requests, strict=True
+                ):
+                    keep_ms = header.deadline_ms - now + _KEEP_AFTER_DEADLINE_MS
+                    entry = f"{stream.decode()}|{entry_id.decode()}"
+                    state_key = self.progress.state_key(request.id)
+                    scripts.queue_start(pipe, state_key, data, entry, keep_ms)
+                results = await pipe.execute()
+            actions = [
+                action
+                for request, flat in zip(requests, results, strict=True)
+                if (state := scripts.parse_state(flat)) is not None
+                and (action := self.progress.plan(request, state, now)) is not None
+            ]
+            await self.progress.apply(actions)
         except BaseException:
-            self._owned.pop(header.id, None)  # not started: the intake's recovery reads it again
+            for header, _, _, _ in arrivals:  # not started: the intake's recovery reads it again
+                self._owned.pop(header.id, None)
             raise
 
-    async def _start_owned(
-        self, header: RequestHeader, stream: bytes, entry_id: bytes, data: bytes
-    ) -> None:
-        request = envelope.decode_request(data)
-        keep_ms = header.deadline_ms - int(time.time() * 1000) + _KEEP_AFTER_DEADLINE_MS
-        entry = f"{stream.decode()}|{entry_id.decode()}"
-        async with self._redis.pipeline(transaction=False) as pipe:
-            scripts.queue_start(pipe, self.progress.state_key(request.id), data, entry, keep_ms)
-            (flat,) = await pipe.execute()
-        state = scripts.parse_state(flat)
-        if state is not None:
-            await self.progress.advance(request, state)
-
-    async def _step_reply(self, entry: streams.Entry) -> None:
+    async def _step_replies(self, entries: list[streams.Entry]) -> None:
+        """Record every reply of the entries (one pipeline), then submit what they made
+        runnable, answer what they finished and ack the entries (one pipeline)."""
         try:
-            payload = entry.fields.get(keys.FIELD_DATA)
-            try:
-                replies = envelope.decode_replies(payload) if payload else []
-            except Exception:  # nothing in it can be answered: acked, never retried
-                log.exception("undecodable step reply dropped", extra={"model": self.model})
-                replies = []
-            await asyncio.gather(*(self._one_step(reply) for reply in replies))
+            known: list[tuple[envelope.Reply, tuple[str, Step]]] = []
+            for entry in entries:
+                payload = entry.fields.get(keys.FIELD_DATA)
+                try:
+                    replies = envelope.decode_replies(payload) if payload else []
+                except Exception:  # nothing in it can be answered: acked, never retried
+                    log.exception("undecodable step reply dropped", extra={"model": self.model})
+                    replies = []
+                known += [(reply, found) for reply in replies if (found := self._step_of(reply))]
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.xack(self.steps_stream, keys.SCHEDULER_GROUP, entry.entry_id)
-                pipe.xdel(self.steps_stream, entry.entry_id)
-                await pipe.execute()
-        finally:
-            self._working.discard(entry.entry_id)
+                for reply, (request_id, step) in known:
+                    produced = recorded(step, reply)
+                    state_key = self.progress.state_key(request_id)
+                    scripts.queue_record(pipe, state_key, step.index, produced)
+                results = await pipe.execute() if known else []
+            now = int(time.time() * 1000)
+            actions = []
+            for (reply, (_, step)), flat in zip(known, results, strict=True):
+                state = scripts.parse_state(flat)
+                if state is None:
+                    continue  # finished (or expired) already: a late or repeated reply
+                request = _request_of(state)
+                if reply.error_code:
+                    message = f"in ensemble '{self.model}', {step.label} failed: {reply.error}"
+                    code = ErrorCode(reply.error_code)
+                    actions.append(self.progress.failure(request, state, code, message))
+                elif (action := self.progress.plan(request, state, now)) is not None:
+                    actions.append(action)
 
-    async def _one_step(self, reply: envelope.Reply) -> None:
+            def ack(pipe: Pipeline) -> None:
+                ids = [entry.entry_id for entry in entries]
+                pipe.xack(self.steps_stream, keys.SCHEDULER_GROUP, *ids)
+                pipe.xdel(self.steps_stream, *ids)
+
+            await self.progress.apply(actions, after=ack)
+        finally:
+            for entry in entries:
+                self._working.discard(entry.entry_id)
+
+    def _step_of(self, reply: envelope.Reply) -> tuple[str, Step] | None:
         parsed = parse_child(reply.id)
         steps = self.progress.steps
         if parsed is None or not 0 <= parsed[1] < len(steps):
             log.error("step reply of no known step dropped", extra={"request": reply.id})
-            return
-        request_id, index = parsed
-        step = steps[index]
-        state = await self.progress.record(step, reply, request_id)
-        if state is None:
-            return  # finished (or expired) already: a late or repeated reply
-        request = _request_of(state)
-        if reply.error_code:
-            await self.progress.fail(
-                request,
-                state,
-                ErrorCode(reply.error_code),
-                f"in ensemble '{self.model}', {step.label} failed: {reply.error}",
-            )
-        else:
-            await self.progress.advance(request, state)
+            return None
+        return parsed[0], steps[parsed[1]]
 
     async def _answer_owned(self, request_id: str, code: ErrorCode, message: str) -> None:
         owned = self._owned.get(request_id)
         if owned is None:
             return
         _, stream, entry_id = owned
-        flat = await self._redis.hgetall(self.progress.state_key(request_id))
-        if flat:
-            await self.progress.fail(_request_of(flat), flat, code, message)
+        state = await self._redis.hgetall(self.progress.state_key(request_id))
+        if state:
+            request = _request_of(state)
+            await self.progress.apply([self.progress.failure(request, state, code, message)])
         else:  # finished by another scheduler (which acked the entry), or lost: ack it anyway
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.xack(stream, keys.SCHEDULER_GROUP, entry_id)
