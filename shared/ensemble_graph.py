@@ -98,6 +98,7 @@ def validate(config: ModelConfig, composing: Mapping[str, ModelConfig | None]) -
                 f"ensemble '{name}' {step.label}: composing model '{step.model}' is not in "
                 "the model repository"
             )
+        _check_supported(name, step, composing[step.model])
         _check_mapping(name, step, composing[step.model])
         for tensor in step.output_map.values():
             if tensor in produced:
@@ -108,6 +109,20 @@ def validate(config: ModelConfig, composing: Mapping[str, ModelConfig | None]) -
             produced[tensor] = step.index
     _check_flow(name, config, steps, produced)
     return steps
+
+
+def _check_supported(name: str, step: Step, model: ModelConfig | None) -> None:
+    """Refused until built, never served wrongly: a step's request goes through the composing
+    model's queue, which sequence models and decoupled models do not have."""
+    if model is None:
+        return
+    if model.sequence_batching is not None:
+        missing = "sequence models in ensembles are not supported yet"
+    elif (model.json.get("model_transaction_policy") or {}).get("decoupled"):
+        missing = "decoupled models in ensembles are not supported yet (they come with streaming)"
+    else:
+        return
+    raise ConchError(ErrorCode.UNSUPPORTED, f"ensemble '{name}' {step.label}: {missing}")
 
 
 def _check_mapping(name: str, step: Step, model: ModelConfig | None) -> None:

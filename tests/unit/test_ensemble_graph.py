@@ -111,3 +111,20 @@ def test_a_bad_ensemble_is_refused_with_one_line(config: ModelConfig, text: str)
     assert raised.value.code == ErrorCode.INVALID_ARG
     assert raised.value.message == text
     assert "\n" not in raised.value.message
+
+
+def test_sequence_and_decoupled_steps_are_refused_until_built() -> None:
+    sequence = parse_pbtxt(PAIR + "sequence_batching { }\n", "pair/config.pbtxt")
+    decoupled = parse_pbtxt(
+        PAIR + "model_transaction_policy { decoupled: true }\n", "pair/config.pbtxt"
+    )
+    config = ensemble(_step("pair", {"A": "IN", "B": "IN"}, {"X": "OUT"}))
+    for composing, text in (
+        (sequence, "sequence models in ensembles are not supported yet"),
+        (decoupled, "decoupled models in ensembles are not supported yet"),
+    ):
+        with pytest.raises(ConchError) as raised:
+            validate(config, {"pair": composing})
+        assert raised.value.code == ErrorCode.UNSUPPORTED
+        assert raised.value.message.startswith("ensemble 'ens' step 0 (model 'pair'): ")
+        assert text in raised.value.message
