@@ -208,7 +208,7 @@ class EnsembleRunner:
                 request = _request_of(state)
                 if reply.error_code:
                     message = f"in ensemble '{self.model}', {step.label} failed: {reply.error}"
-                    code = ErrorCode(reply.error_code)
+                    code = ErrorCode._value2member_map_.get(reply.error_code, ErrorCode.INTERNAL)
                     actions.append(self.progress.failure(request, state, code, message))
                 elif (action := self.progress.plan(request, state, now)) is not None:
                     actions.append(action)

@@ -12,6 +12,7 @@ scheduler resumes them). The kill test runs last: it takes a scheduler away from
 from __future__ import annotations
 
 import concurrent.futures
+import signal
 import subprocess
 import sys
 import time
@@ -338,3 +339,15 @@ def _owned_by_scheduler(url: str, model: str) -> dict[str, int]:
     finally:
         client.close()
     return {c["name"].decode(): int(c["pending"]) for c in summary["consumers"]}
+
+
+def test_an_ensemble_is_ready_only_while_its_composing_models_are(ens_mesh: EnsembleMesh) -> None:
+    """Last: it stops the Python worker. probe_chain's steps run on python_probe only."""
+    client = httpclient.InferenceServerClient(ens_mesh.mesh.url)
+    assert client.is_model_ready("probe_chain") and client.is_model_ready("mlp_ensemble")
+    ens_mesh.mesh.kill("worker-py", signal.SIGTERM)  # a clean stop leaves the readiness sets
+    deadline = time.monotonic() + 20
+    while client.is_model_ready("probe_chain") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not client.is_model_ready("probe_chain")
+    assert client.is_model_ready("mlp_ensemble")  # its models are all ONNX

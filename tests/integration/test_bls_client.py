@@ -73,6 +73,7 @@ def test_a_call_is_queued_with_the_callers_priority_tenant_and_deadline(redis_ur
         assert time.monotonic() - started < 1.0
     finally:
         sync.close()
+        client.close()
 
 
 def test_a_model_with_no_ready_version_is_an_error_response(redis_url: str) -> None:
@@ -81,3 +82,4 @@ def test_a_model_with_no_ready_version_is_an_error_response(redis_url: str) -> N
     assert reply.error_code == ErrorCode.NOT_FOUND
     assert "Request for unknown model: 'missing' is not found" in reply.error
     assert client.is_model_ready("missing", -1) is False
+    client.close()

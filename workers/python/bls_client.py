@@ -65,6 +65,17 @@ class BlsClient:
         self._replies = ReplyRouter(url, owner)
         self._reader = asyncio.create_task(self._replies.run())
 
+    def close(self) -> None:
+        """Stop the reply reader and the loop (tests; a model process just exits)."""
+
+        async def stop() -> None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+            await self._redis.aclose()
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
     def submit(
         self,
         model: str,
