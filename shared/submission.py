@@ -83,6 +83,11 @@ def refusal(admitted: int, model: str, version: int, ticket: QueueTicket, backen
     """Raise the error for a refusal of the admission script (nothing when it admitted)."""
     if admitted >= 0:
         return
+    if admitted == NO_WORKER and backend == "ensemble":
+        raise unavailable(
+            f"ensemble '{model}' version {version} is not ready: a model it composes has no "
+            "ready version, or no scheduler runs it"
+        )
     if admitted == NO_WORKER:
         raise unavailable(
             f"no live worker serves model '{model}' version {version}; start a worker "
