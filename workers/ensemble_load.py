@@ -11,13 +11,15 @@ are idempotent.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import redis.asyncio as aioredis
 
 from shared import expected_models, keys, model_registry
 from shared.ensemble_graph import is_ensemble, validate
 from shared.errors import ConchError
-from shared.repository import ScanResult
+from shared.model_config import ModelConfig
+from shared.repository import RepositoryModel, ScanResult
 
 log = logging.getLogger(__name__)
 
@@ -31,19 +33,39 @@ async def publish_ensembles(
     for name, model in scan.models.items():
         if not is_ensemble(model.config) or (wanted and name not in wanted):
             continue
-        try:
-            validate(model.config, configs)
-        except ConchError as exc:
-            log.error("ensemble not loadable", extra={"model": name, "error": exc.message})
-            await expected_models.record_load_error(r, name, worker_id, exc.message)
-            continue
-        if not model.versions:
-            message = f"no version to load (on disk: {model.available_versions})"
-            await expected_models.record_load_error(r, name, worker_id, message)
-            continue
-        await model_registry.publish_model(r, model.config)
-        await r.sadd(keys.model_versions(name), *model.versions)
-        await expected_models.clear_load_errors(r, [name])
-        published.append(name)
-        log.info("ensemble published", extra={"model": name, "versions": model.versions})
+        if await publish_one(r, model, configs, worker_id) is None:
+            published.append(name)
     return published
+
+
+async def publish_one(
+    r: aioredis.Redis,
+    model: RepositoryModel,
+    configs: Mapping[str, ModelConfig | None],
+    worker_id: str,
+) -> str | None:
+    """Validate one ensemble against the repository's configs and publish it; the one-line
+    refusal (also recorded as its load error) when it is not loadable."""
+    name = model.name
+    try:
+        validate(model.config, configs)
+    except ConchError as exc:
+        log.error("ensemble not loadable", extra={"model": name, "error": exc.message})
+        await expected_models.record_load_error(r, name, worker_id, exc.message)
+        return exc.message
+    if not model.versions:
+        message = f"no version to load (on disk: {model.available_versions})"
+        await expected_models.record_load_error(r, name, worker_id, message)
+        return message
+    await model_registry.publish_model(r, model.config)
+    await r.sadd(keys.model_versions(name), *model.versions)
+    await expected_models.clear_load_errors(r, [name])
+    log.info("ensemble published", extra={"model": name, "versions": model.versions})
+    return None
+
+
+async def unpublish(r: aioredis.Redis, name: str, versions: list[int]) -> None:
+    """The versions leave the ensemble's version set: the schedulers stop marking them ready
+    (their marks expire within seconds) and retire their runners."""
+    if versions:
+        await r.srem(keys.model_versions(name), *versions)

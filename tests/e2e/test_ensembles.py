@@ -133,7 +133,7 @@ def ens_mesh(
             mesh.start_scheduler(name, CONCH_SCHEDULER_HEALTH_PORT=str(port), **FAST)
         mesh.start_worker("worker")
         mesh.start_worker("worker-py", backend="python")
-        mesh.start_gateway(processes=1)
+        mesh.start_gateway(processes=1, CONCH_GATEWAY_REPOSITORY_REQUIRES_ADMIN="false")
         mesh.start_gateway(
             processes=1,
             name="gateway-short",
@@ -305,6 +305,27 @@ def test_bad_ensembles_are_refused_at_load_with_one_line(ens_mesh: EnsembleMesh)
     http = httpclient.InferenceServerClient(ens_mesh.mesh.url)
     assert not http.is_model_ready("bad_cycle")
     assert http.is_server_ready()  # a failed model does not hold the server back
+
+
+def test_the_repository_api_unloads_and_loads_an_ensemble(ens_mesh: EnsembleMesh) -> None:
+    client = httpclient.InferenceServerClient(ens_mesh.mesh.url)
+    x = np.ones((1, 256), np.float32)
+    client.unload_model("mlp_ensemble")
+    deadline = time.monotonic() + 20
+    while client.is_model_ready("mlp_ensemble") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not client.is_model_ready("mlp_ensemble")
+    index = {m["name"]: m for m in client.get_model_repository_index()}
+    assert index["mlp_ensemble"].get("state") != "READY"
+    assert client.is_model_ready("mlp")  # its composing models stay
+    client.load_model("mlp_ensemble")
+    deadline = time.monotonic() + 20
+    while not client.is_model_ready("mlp_ensemble") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert client.infer("mlp_ensemble", [_fp32("INPUT", x)]).as_numpy("SCORES").shape == (1, 16)
+    with pytest.raises(InferenceServerException) as raised:  # a bad one: its one line
+        client.load_model("bad_cycle")
+    assert "ensemble 'bad_cycle' has a cycle" in raised.value.message()
 
 
 def test_an_ensemble_survives_a_scheduler_sigkill_mid_flight(ens_mesh: EnsembleMesh) -> None:
