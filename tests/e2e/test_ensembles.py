@@ -6,7 +6,8 @@ another in process; its metadata, config, readiness and statistics read as Trito
 step fails the request naming the step and the model; a bad ensemble is refused at load with one
 line; nothing of a request stays in Redis once it finished or expired; and, past Triton, a
 scheduler SIGKILLed while it owns ensemble requests in flight costs them nothing (the other
-scheduler resumes them). The kill test runs last: it takes a scheduler away from the mesh.
+scheduler resumes them), nor does a worker SIGKILLed mid-step. The kill tests run last: they
+take processes away from the mesh.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"CONCH_SCHEDULER_DEAD_BOUND_MS": "3000", "CONCH_SCHEDULER_RECLAIM_INTERVAL_MS": "300"}
+FAST_WORKER = {"CONCH_WORKER_DEAD_BOUND_MS": "3000", "CONCH_WORKER_RECLAIM_INTERVAL_MS": "300"}
 SHORT_TIMEOUT_MS = 1500
 
 # Two python_probe steps: OUT = 4 * IN (+ probe_add at each step); a parameter slows each step.
@@ -132,7 +134,8 @@ def ens_mesh(
         for name, port in zip(("scheduler-a", "scheduler-b"), health, strict=True):
             mesh.start_scheduler(name, CONCH_SCHEDULER_HEALTH_PORT=str(port), **FAST)
         mesh.start_worker("worker")
-        mesh.start_worker("worker-py", backend="python")
+        mesh.start_worker("worker-py-a", backend="python", **FAST_WORKER)
+        mesh.start_worker("worker-py-b", backend="python", **FAST_WORKER)
         mesh.start_gateway(processes=1, CONCH_GATEWAY_REPOSITORY_REQUIRES_ADMIN="false")
         mesh.start_gateway(
             processes=1,
@@ -362,11 +365,33 @@ def _owned_by_scheduler(url: str, model: str) -> dict[str, int]:
     return {c["name"].decode(): int(c["pending"]) for c in summary["consumers"]}
 
 
+def test_an_ensemble_survives_a_worker_sigkill_mid_step(ens_mesh: EnsembleMesh) -> None:
+    """The steps a killed worker was executing are taken over by the other worker after the
+    dead bound; every ensemble request completes with the right answer."""
+    client = httpclient.InferenceServerClient(ens_mesh.mesh.url, concurrency=16)
+    values = list(range(100, 116))
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        futures = [
+            pool.submit(
+                client.infer,
+                "probe_chain",
+                [_int64("IN", np.array([[v]], np.int64))],
+                parameters={"probe_sleep_ms": 300},
+            )
+            for v in values
+        ]
+        time.sleep(0.8)  # both workers are executing steps
+        ens_mesh.mesh.kill("worker-py-a")
+        results = [f.result(timeout=60) for f in futures]
+    assert [r.as_numpy("OUT").tolist() for r in results] == [[[4 * v]] for v in values]
+    assert _wait_no_state(ens_mesh.redis_url, "probe_chain") == []
+
+
 def test_an_ensemble_is_ready_only_while_its_composing_models_are(ens_mesh: EnsembleMesh) -> None:
     """Last: it stops the Python worker. probe_chain's steps run on python_probe only."""
     client = httpclient.InferenceServerClient(ens_mesh.mesh.url)
     assert client.is_model_ready("probe_chain") and client.is_model_ready("mlp_ensemble")
-    ens_mesh.mesh.kill("worker-py", signal.SIGTERM)  # a clean stop leaves the readiness sets
+    ens_mesh.mesh.kill("worker-py-b", signal.SIGTERM)  # a clean stop leaves the readiness sets
     deadline = time.monotonic() + 20
     while client.is_model_ready("probe_chain") and time.monotonic() < deadline:
         time.sleep(0.1)
