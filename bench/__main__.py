@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from bench import idle, sequences
+from bench import ensembles, idle, sequences
 from bench.cells import Cell, parse_cells
 from bench.models import NAMES
 from bench.models import write as write_memory_bound
@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         write_memory_bound(repo)
     if any(cell.sequence for cell in cells):
         sequences.write(repo)
+    if any(ensembles.wanted(cell) for cell in cells):
+        ensembles.write(repo)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     extra_rows: list[dict[str, Any]] = []  # not cells of the table (the idle line)
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         peer = start_peer(args.harness, args.peer_port, env)
         try:
             for cell in cells:
-                if cell.binary or cell.sequence or cell.model in NAMES:
+                if cell.binary or cell.sequence or cell.model in NAMES or ensembles.wanted(cell):
                     continue  # the peer answers binary with 422/500 and serves only mlp, add_sub
                 rows.append(
                     _run_cell(
@@ -139,18 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             cost = idle.measure(whole, label, args.idle_seconds)
             print(cost.line(), flush=True)
             idle_line = cost.line()
-            extra_rows.append(
-                {
-                    "server": "conch",
-                    "cell": "idle",
-                    "seconds": round(cost.seconds, 1),
-                    "cores": round(cost.cores, 4),
-                    "wakeups_per_s": round(cost.wakeups_per_s, 1),
-                    "by_label": {
-                        k: [round(c, 4), round(w, 1)] for k, (c, w) in cost.by_label.items()
-                    },
-                }
-            )
+            extra_rows.append(cost.row())
         for cell in cells:
             rows.append(_run_cell(load_sh, url, "conch", cell, args, env, cpu))
     finally:
@@ -177,6 +168,13 @@ def _run_cell(
 ) -> dict[str, Any]:
     if cell.sequence:
         return _run_sequence_cell(url, label, cell, args, cpu)
+    if ensembles.wanted(cell):
+        started = cpu.snapshot() if cpu else None
+        wall = time.monotonic()
+        row = ensembles.run(url, label, cell, args.duration, args.warmup)
+        if cpu and started is not None:
+            row["cpu_cores"] = cpu.cores_since(started, time.monotonic() - wall)
+        return row
     cell_env = {
         **env,
         "SERVER": label,

@@ -57,6 +57,17 @@ class IdleCost:
             f"{self.wakeups_per_s:.0f} wake-ups/s ({parts})"
         )
 
+    def row(self) -> dict[str, object]:
+        """The JSON line ``conch bench`` appends beside its cells."""
+        return {
+            "server": "conch",
+            "cell": "idle",
+            "seconds": round(self.seconds, 1),
+            "cores": round(self.cores, 4),
+            "wakeups_per_s": round(self.wakeups_per_s, 1),
+            "by_label": {k: [round(c, 4), round(w, 1)] for k, (c, w) in self.by_label.items()},
+        }
+
 
 def measure(processes: list[psutil.Process], label: object, seconds: float) -> IdleCost:
     """``label(process)`` names a process's role (gateway, scheduler, worker, redis...)."""

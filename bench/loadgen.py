@@ -58,21 +58,30 @@ def build_request(host: str, port: int, model: str, inputs: list[str], batch: in
 
 
 async def _connection(
-    host: str, port: int, request: bytes, record_from: float, stop_at: float, out: dict[str, Any]
+    host: str,
+    port: int,
+    request: bytes,
+    record_from: float,
+    stop_at: float,
+    out: dict[str, Any],
+    repeat: int = 1,
 ) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     latencies: list[float] = out["latencies"]
     statuses: dict[int, int] = out["statuses"]
     try:
         while (started := time.perf_counter()) < stop_at:
-            writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
-            status = int(head[9:12])
-            lower = head.lower()
-            at = lower.find(b"content-length:")
-            length = int(lower[at + 15 : lower.find(b"\r\n", at)]) if at >= 0 else 0
-            if length:
-                await reader.readexactly(length)
+            for _ in range(repeat):  # a client calling the model ``repeat`` times in a row
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                status = int(head[9:12])
+                lower = head.lower()
+                at = lower.find(b"content-length:")
+                length = int(lower[at + 15 : lower.find(b"\r\n", at)]) if at >= 0 else 0
+                if length:
+                    await reader.readexactly(length)
+                if not 200 <= status < 300:
+                    break
             if started >= record_from:
                 latencies.append(time.perf_counter() - started)
                 statuses[status] = statuses.get(status, 0) + 1
@@ -83,7 +92,7 @@ async def _connection(
 
 
 def _client(url: str, request: bytes, connections: int, warmup: float, duration: float,
-            begin: float, pipe: Connection) -> None:  # fmt: skip
+            begin: float, pipe: Connection, repeat: int = 1) -> None:  # fmt: skip
     try:
         import uvloop
 
@@ -102,7 +111,7 @@ def _client(url: str, request: bytes, connections: int, warmup: float, duration:
         record_from, stop_at = now + warmup, now + warmup + duration
         await asyncio.gather(
             *(
-                _connection(host, port, request, record_from, stop_at, out)
+                _connection(host, port, request, record_from, stop_at, out, repeat)
                 for _ in range(connections)
             )
         )
@@ -115,7 +124,8 @@ def _client(url: str, request: bytes, connections: int, warmup: float, duration:
 
 
 def measure(url: str, model: str, inputs: list[str], concurrency: int, duration: float,
-            warmup: float, processes: int, batch: int = 1) -> dict[str, Any]:  # fmt: skip
+            warmup: float, processes: int, batch: int = 1,
+            repeat: int = 1) -> dict[str, Any]:  # fmt: skip
     parts = urlsplit(url)
     request = build_request(parts.hostname or "127.0.0.1", parts.port or 80, model, inputs, batch)
     processes = max(1, min(processes, concurrency))
@@ -126,7 +136,7 @@ def measure(url: str, model: str, inputs: list[str], concurrency: int, duration:
     for share in shares:
         ours, theirs = context.Pipe(duplex=False)
         child = context.Process(
-            target=_client, args=(url, request, share, warmup, duration, begin, theirs)
+            target=_client, args=(url, request, share, warmup, duration, begin, theirs, repeat)
         )
         child.start()
         pipes.append(ours)

@@ -54,6 +54,7 @@ def up(args: argparse.Namespace) -> int:
     by_backend: dict[str, list[ModelConfig]] = {}
     for entry in scan.models.values():
         by_backend.setdefault(entry.config.backend, []).append(entry.config)
+    by_backend.pop("ensemble", None)  # run by the schedulers, not by a worker
     for backend in sorted(set(by_backend) - set(WORKER_BACKENDS)):
         log.warning("no worker service for backend", extra={"backend": backend})
         del by_backend[backend]

@@ -20,8 +20,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script's sibling, not a package
 from python_model_configs import (
     ACCUMULATOR_PY_CONFIG,
+    BLS_PIPELINE_CONFIG,
     PROBE_CONFIG,
     RECORDER_CONFIG,
     REPEAT_INT32_CONFIG,
@@ -199,6 +201,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "sequence_accumulator_py": _python_model("sequence_accumulator_py", ACCUMULATOR_PY_CONFIG),
     "simple_string_dyna_sequence": _python_model("simple_string_dyna_sequence", STRING_DYNA_CONFIG),
     "chaos_recorder": _python_model("chaos_recorder", RECORDER_CONFIG),
+    "bls_pipeline": _python_model("bls_pipeline", BLS_PIPELINE_CONFIG),
 }
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write Conch's example Triton model repository: ``simple``, ``mlp``, ``add_sub`` and more,
 with the sequence models of ``sequence_models.py`` (``simple_sequence``, ``simple_dyna_sequence``,
-``sequence_accumulator``).
+``sequence_accumulator``) and the ensembles of ``ensemble_models.py`` (``mlp_ensemble``,
+``add_sub_chain``).
 
     python examples/make_models.py [REPO]     (default: examples/model_repository)
 
@@ -28,6 +29,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script's sibling, not a package
+import ensemble_models
 import sequence_models
 
 SEED = 20261121  # the benchmark harness's seed: the mlp weights must equal its weights
@@ -227,7 +229,14 @@ def build_mlp_cached() -> ExampleModel:
     return build_mlp("mlp_cached", "response_cache {\n  enable: true\n}\n")
 
 
-BUILDERS: dict[str, Callable[[], ExampleModel | sequence_models.SequenceExample]] = {
+Example = (
+    ExampleModel
+    | sequence_models.SequenceExample
+    | ensemble_models.OnnxExample
+    | ensemble_models.EnsembleExample
+)
+
+BUILDERS: dict[str, Callable[[], Example]] = {
     "simple": build_simple,
     "mlp": build_mlp,
     "add_sub": build_add_sub,
@@ -235,15 +244,17 @@ BUILDERS: dict[str, Callable[[], ExampleModel | sequence_models.SequenceExample]
     "custom_identity_int32": build_custom_identity_int32,
     "mlp_cached": build_mlp_cached,
     **sequence_models.BUILDERS,
+    **ensemble_models.BUILDERS,
 }
 
 
-def write_model(repository: Path, model: ExampleModel | sequence_models.SequenceExample) -> Path:
+def write_model(repository: Path, model: Example) -> Path:
     """Write ``<repository>/<name>/config.pbtxt``, ``<name>/1/model.onnx`` and any side files
     (labels); return the dir."""
     model_dir = repository / model.name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    (model_dir / "1" / "model.onnx").write_bytes(model.onnx_model.SerializeToString())
+    if model.onnx_model is not None:  # an ensemble has an empty version directory
+        (model_dir / "1" / "model.onnx").write_bytes(model.onnx_model.SerializeToString())
     (model_dir / "config.pbtxt").write_text(model.config_pbtxt(), encoding="utf-8")
     for name, text in getattr(model, "files", ()):
         (model_dir / name).write_text(text, encoding="utf-8")

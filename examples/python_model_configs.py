@@ -122,3 +122,21 @@ dynamic_batching {
 }
 instance_group [ { kind: KIND_CPU count: 2 } ]
 """
+
+# BLS: calls add_sub and the add_sub_chain ensemble (examples/python_models/bls_pipeline).
+BLS_PIPELINE_CONFIG = """\
+name: "bls_pipeline"
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "READY" data_type: TYPE_INT32 dims: [ 2 ] }
+]
+dynamic_batching { max_queue_delay_microseconds: 500 }
+instance_group [ { kind: KIND_CPU count: 2 } ]
+"""

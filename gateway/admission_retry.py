@@ -5,7 +5,7 @@ A Redis that restarts (a crash under ``conch up``, which restarts it; a failover
 a second or two; a request that arrives meanwhile would otherwise be refused although the mesh
 is about to serve it. Retrying is safe because both admission scripts are idempotent: they
 record the request id, so a script that ran before its connection dropped queues nothing the
-second time (``gateway.admission_script``, ``gateway.sequence_admission``).
+second time (``shared.admission_script``, ``gateway.sequence_admission``).
 """
 
 from __future__ import annotations

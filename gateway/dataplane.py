@@ -21,26 +21,26 @@ import redis.asyncio as aioredis
 
 from gateway.admission import Admission
 from gateway.admission_retry import admit_within
-from gateway.admission_script import ENQUEUE_LUA, NO_WORKER, QUEUE_FULL, admission_call
 from gateway.auth import Tenant
 from gateway.caller import ANONYMOUS_CALLER, Caller
-from gateway.enqueue import CoalescedScript
 from gateway.http_codec import ParsedRequest
 from gateway.in_flight import InFlightLimit
 from gateway.infer_extensions import InferExtensions
 from gateway.model_table import ModelTable
-from gateway.queue_ticket import queue_ticket
-from gateway.replies import ReplyRouter
 from gateway.response_cache import ResponseCache
 from gateway.sequence_admission import SequenceAdmission, check_request, sequence_request
 from gateway.trace_settings import TraceSettings, start_span
 from gateway.validation import ValidRequest, validate
 from gateway.version_router import VersionRouter
-from shared import envelope, keys, metrics
-from shared.envelope import InferRequest, Reply, RequestHeader
-from shared.errors import ConchError, ErrorCode, unavailable
+from shared import envelope, keys, metrics, submission
+from shared.admission_script import ENQUEUE_LUA, NO_WORKER, QUEUE_FULL, admission_call
+from shared.coalesced_script import CoalescedScript
+from shared.envelope import Reply
+from shared.errors import ConchError, ErrorCode
 from shared.ids import new_id
 from shared.logs import request_id_var
+from shared.queue_ticket import queue_ticket
+from shared.replies import ReplyRouter
 
 log = logging.getLogger(__name__)
 
@@ -149,29 +149,23 @@ class DataPlane:
         span = await start_span(self.traces, model, number, arm, valid.inputs)
         now = int(time.time() * 1000)
         deadline = now + self._default_timeout_ms
-        header = RequestHeader(
-            id=request_id,
-            reply_to=self.replies.stream,
-            deadline_ms=deadline,
-            priority=ticket.priority,
-            batch_size=valid.batch_size,
-            shape_sig=valid.shape_sig,
-            enqueued_ms=now,
-            queue_timeout_us=ticket.timeout_us,
-            delay_on_timeout=ticket.delay_on_timeout,
-        )
-        payload = InferRequest(
-            id=request_id,
+        header, payload = submission.build(
+            request_id=request_id,
             model=model,
             version=number,
             inputs=valid.inputs,
             outputs=[o.name for o in valid.outputs],
             parameters=parsed.parameters,
             reply_to=self.replies.stream,
+            now_ms=now,
             deadline_ms=deadline,
-            enqueued_ms=now,
+            ticket=ticket,
+            batch_size=valid.batch_size,
+            shape_sig=valid.shape_sig,
             client_id=parsed.id,
             trace=span.carrier,
+            priority=parsed.parameters.get("priority") or (tenant.priority if tenant else 0),
+            tenant=tenant.name if tenant else "",
         )
         future = self.replies.expect(request_id)
         if spec is not None:  # a sequence: its own queue, in arrival order (no scheduler)
@@ -201,15 +195,11 @@ class DataPlane:
             try:
                 async with asyncio.timeout(timeout_s):
                     admitted = await admit_within(admit, deadline, model)
-                    self._refuse(
-                        admitted,
-                        model,
-                        number,
-                        ticket.max_queue_size,
-                        ticket.priority,
-                        tenant,
-                        config.backend,
-                    )
+                    if admitted < 0:
+                        metrics.record_rejected(
+                            tenant.name if tenant else None, model, _ADMISSION[admitted]
+                        )
+                        submission.refusal(admitted, model, number, ticket, config.backend)
                     reply = await future
             except TimeoutError:
                 raise ConchError(
@@ -233,31 +223,6 @@ class DataPlane:
         if cached and self.cache:
             self.cache.store(cached, reply.outputs)
         return InferOutcome(reply, valid, number)
-
-    @staticmethod
-    def _refuse(
-        admitted: int,
-        model: str,
-        number: int,
-        max_queue_size: int,
-        priority: int,
-        tenant: Tenant | None,
-        backend: str,
-    ) -> None:
-        """Raise the refusal the admission script answered, if it refused."""
-        if admitted >= 0:
-            return
-        metrics.record_rejected(tenant.name if tenant else None, model, _ADMISSION[admitted])
-        if admitted == NO_WORKER:
-            raise unavailable(
-                f"no live worker serves model '{model}' version {number}; start a worker "
-                f"for backend '{backend}'"
-            )
-        if admitted == QUEUE_FULL:
-            raise unavailable(
-                f"Exceeds maximum queue size ({max_queue_size}) for model '{model}' "
-                f"priority {priority}"
-            )
 
     def _send_shadow(
         self, model: str, version: int, primary: int, parsed: ParsedRequest, tenant: Tenant | None

@@ -18,9 +18,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.enqueue import CoalescedScript
 from gateway.validation import ValidRequest
 from shared import envelope, keys, metrics, sequence_params
+from shared.coalesced_script import CoalescedScript
 from shared.envelope import InferRequest
 from shared.errors import ConchError, ErrorCode, invalid
 from shared.model_config import ModelConfig

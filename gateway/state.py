@@ -24,7 +24,6 @@ from gateway.model_table import ModelTable
 from gateway.process_status import GatewayProcess
 from gateway.ratelimit import RateLimiter
 from gateway.readiness import Readiness
-from gateway.replies import ReplyRouter
 from gateway.repository_control import RepositoryControl
 from gateway.response_cache import ResponseCache
 from gateway.settings import GatewaySettings
@@ -33,6 +32,7 @@ from gateway.trace_settings import TraceSettings
 from gateway.traffic_table import TrafficTable
 from gateway.version_router import VersionRouter
 from shared import heartbeats, log_settings, metrics, periodic, redis_conn
+from shared.replies import ReplyRouter
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from scheduler import own_pending, poison
+from scheduler.ensemble_runner import EnsembleRunner
 from scheduler.settings import SchedulerSettings
 from scheduler.version_queue import VersionQueue
 from shared import envelope, keys, metrics, redis_conn, streams
@@ -31,7 +32,7 @@ class Intake:
         r: aioredis.Redis,
         settings: SchedulerSettings,
         consumer: str,
-        queues: dict[tuple[str, int], VersionQueue],
+        queues: dict[tuple[str, int], VersionQueue | EnsembleRunner],
         stream_keys: dict[bytes, tuple[str, int]],
         changed: asyncio.Event,
     ):
@@ -132,6 +133,9 @@ class Intake:
         queue = self.queues.get(key) if key else None
         if queue is None:
             self._in_background(self._unserved(entry))
+            return
+        if isinstance(queue, EnsembleRunner) and entry.stream == queue.steps_stream:
+            queue.on_step_reply(entry)  # a composing model's reply to an ensemble's step
             return
         raw_header = entry.fields.get(keys.FIELD_HEADER)
         data = entry.fields.get(keys.FIELD_DATA)

@@ -16,9 +16,12 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
+from scheduler.ensemble_host import EnsembleHost
+from scheduler.ensemble_runner import EnsembleRunner
 from scheduler.intake import Intake
 from scheduler.settings import SchedulerSettings
 from scheduler.version_queue import VersionQueue
@@ -32,6 +35,7 @@ from shared import (
     redis_conn,
     streams,
 )
+from shared.ensemble_graph import is_ensemble
 from shared.health_http import HealthServer
 from shared.heartbeat_thread import HeartbeatThread
 from shared.model_config import ModelConfig
@@ -44,7 +48,7 @@ class SchedulerService:
         self.settings = settings
         self.id = f"scheduler-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.redis = redis_conn.connect(settings.redis_url, name="conch-scheduler")
-        self.queues: dict[tuple[str, int], VersionQueue] = {}
+        self.queues: dict[tuple[str, int], VersionQueue | EnsembleRunner] = {}
         self._tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
         # request stream key -> (model, version)
         self._streams: dict[bytes, tuple[str, int]] = {}
@@ -57,6 +61,7 @@ class SchedulerService:
         self.intake = Intake(
             self.redis, settings, self.id, self.queues, self._streams, self._changed
         )
+        self.ensembles = EnsembleHost(self.redis, settings, self.id, self.intake.need_recovery)
         s = settings
         self.heartbeat = HeartbeatThread(
             s.redis_url,
@@ -93,6 +98,7 @@ class SchedulerService:
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
             await health.stop()
             await asyncio.to_thread(self.heartbeat.stop)
+            await self.ensembles.unmark(self.queues)
             try:
                 await heartbeats.deregister(self.redis, "scheduler", self.id)
             finally:
@@ -114,7 +120,13 @@ class SchedulerService:
         if rev != self._rev:
             self._rev, self._configs = await model_registry.read_models(self.redis)
         versions = await readiness.ready_versions(self.redis, list(self._configs))
+        self.ensembles.observe(self._configs, versions)
         for model, config in self._configs.items():
+            if is_ensemble(config):  # run here, ready while their composing models are
+                for version in versions.get(model, {}):
+                    await self._add_queue(config, version, self.ensembles.runner(config, version))
+                await self.ensembles.mark(config, versions.get(model, {}))
+                continue
             for version, instances in versions.get(model, {}).items():
                 metrics.child(metrics.READY_INSTANCES, model, version).set(instances)
                 if config.sequence_batching is None:  # sequences are queued by their holders
@@ -190,6 +202,30 @@ class SchedulerService:
             self._changed.set()
             log.info("scheduling model version", extra={"model": config.name, "version": version})
         queue.update(config, instances)
+
+    async def _add_queue(
+        self, config: ModelConfig, version: int, make: Callable[[], EnsembleRunner]
+    ) -> None:
+        """An ensemble's runner, registered with its request streams and its step stream."""
+        key = (config.name, version)
+        runner = self.queues.get(key)
+        if runner is None:
+            runner = make()
+            request_streams = [
+                keys.request_stream(config.name, version, level)
+                for level in config.priority_levels()
+            ]
+            read = [*request_streams, keys.ensemble_steps(config.name, version)]
+            await streams.ensure_groups(self.redis, read, keys.SCHEDULER_GROUP)
+            self.queues[key] = runner
+            for stream in read:
+                self._streams[stream.encode()] = key
+            self._tasks[key] = asyncio.create_task(runner.run(), name=f"ensemble-{key}")
+            metrics.init_stage("scheduler", config.name, version)
+            metrics.init_model(config.name, version)
+            self._changed.set()
+            log.info("running ensemble version", extra={"model": config.name, "version": version})
+        runner.update(config, 1)
 
     async def _done_loop(self) -> None:
         """Workers announce finished batches: the held-back batch of that version may go."""

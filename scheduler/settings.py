@@ -20,6 +20,9 @@ class SchedulerSettings(Settings, kw_only=True):
     # A scheduler is dead, and its pending entries may be claimed, once its last heartbeat is
     # this old; entries are claimed only when idle this long. Well above a 5 s freeze.
     dead_bound_ms: int = 10_000
+    # Ensemble steps are refused at once only when no worker of the composing model has been
+    # ready within this bound (as the gateway's admission does).
+    gone_bound_ms: int = 30_000
     # The queue of a version gone from the fleet (unloaded) is removed after this long.
     retire_after_ms: int = 5_000
     # An entry delivered more often than this is answered with an error instead of retried.

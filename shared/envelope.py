@@ -51,6 +51,10 @@ class InferRequest(msgspec.Struct, array_like=True, frozen=True):
     enqueued_ms: int
     client_id: str = ""
     trace: dict[str, str] = {}
+    # The caller's priority as asked (the request's, else its tenant's), before it was mapped to
+    # this model's levels, and the tenant: what an ensemble step or a BLS call passes on.
+    priority: int = 0
+    tenant: str = ""
 
 
 class Timing(msgspec.Struct, array_like=True, frozen=True):

@@ -277,3 +277,22 @@ def sequence_bell(model: str, version: int, instance: str) -> str:
 def sequence_backlog(model: str, version: int) -> str:
     """ZSET sequence -> arrival (ms): sequences waiting for a free slot, oldest first."""
     return f"{sequence_prefix(model, version)}backlog"
+
+
+# --- Ensembles (every key under the ensemble's hash tag: its scripts touch one slot) ------------
+
+
+def ensemble_state(model: str, version: int, request_id: str) -> str:
+    """HASH of one ensemble request in flight: ``req``, ``entry``, produced tensors ``t:<name>``,
+    answered steps ``d:<step>``, launched steps' child request ids ``c:<step>`` (cancel hook)."""
+    return f"{_model(model)}:ens:{version}:r:{request_id}"
+
+
+def ensemble_steps(model: str, version: int) -> str:
+    """STREAM of the replies to an ensemble's steps, consumed by the schedulers' group."""
+    return f"{_model(model)}:ens:{version}:steps"
+
+
+def is_gateway_reply_stream(name: str) -> bool:
+    """Reply streams with one reader expire when it is gone; an ensemble's step stream does not."""
+    return name.startswith(f"{PREFIX}:reply:")

@@ -30,7 +30,8 @@ def queue_replies(pipe: Pipeline, replies: Iterable[tuple[str, Reply]]) -> None:
             maxlen=REPLY_MAXLEN,
             approximate=True,
         )
-        pipe.pexpire(stream, REPLY_TTL_MS)
+        if keys.is_gateway_reply_stream(stream):
+            pipe.pexpire(stream, REPLY_TTL_MS)
 
 
 # Every counter of one batch in one command (a dozen HINCRBYs cost a dozen commands to pack,

@@ -50,6 +50,11 @@ class ModelRequest:
     # Python backend's request.correlation_id() and request.flags() return.
     correlation_id: int | str = 0
     flags: int = 0
+    # The caller's deadline (ms since epoch), priority as asked and tenant: what a call this
+    # request makes (Python BLS) inherits.
+    deadline_ms: int = 0
+    priority: int = 0
+    tenant: str = ""
 
     @property
     def batch_size(self) -> int:

@@ -174,6 +174,9 @@ class BatchProcessor:
                         parameters=request.parameters,
                         correlation_id=sequence.id,
                         flags=sequence.flags,
+                        deadline_ms=request.deadline_ms,
+                        priority=request.priority,
+                        tenant=request.tenant,
                     )
                 )
                 accepted.append((index, request))

@@ -18,13 +18,23 @@ from typing import Protocol
 
 import redis.asyncio as aioredis
 
-from shared import control, expected_models, keys, model_config, model_files, repository
+from shared import (
+    control,
+    expected_models,
+    keys,
+    model_config,
+    model_files,
+    model_registry,
+    repository,
+)
 from shared.control import ControlAck, ControlMessage, IndexEntry
+from shared.ensemble_graph import is_ensemble
 from shared.errors import ConchError, ErrorCode
 from shared.model_paths import check_model_name
 from shared.repository import RepositoryModel
 from workers import auto_complete
 from workers.backend import Backend
+from workers.ensemble_load import publish_one, unpublish
 from workers.loader import LoadedVersion, VersionLoadError
 from workers.placement import Devices, runs_here
 from workers.repository_index import entry_for
@@ -97,6 +107,13 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
         await control.write_index(redis, {name: IndexEntry(error=exc.message)})
         return ack(host, control.ACK_ERROR, exc.message)
     await control.write_index(redis, {name: entry_for(model)})
+    if is_ensemble(model.config):  # no instance: validated and published for the schedulers
+        scan = await asyncio.to_thread(repository.scan, host.settings.model_repository)
+        configs = {n: m.config for n, m in scan.models.items()}
+        error = await publish_one(redis, model, configs, host.id)
+        if error is not None:
+            return ack(host, control.ACK_ERROR, error)
+        return ack(host, control.ACK_OK, loaded=model.versions)
     if not host.backend.accepts(model.config):
         return ack(
             host,
@@ -151,6 +168,14 @@ async def write_files(redis: aioredis.Redis, model: str, model_dir: Path) -> Non
 
 async def unload(host: ModelHost, message: ControlMessage) -> ControlAck:
     name = message.model
+    config = (await model_registry.read_models(host.redis))[1].get(name)
+    if config is not None and is_ensemble(config):
+        known = await host.redis.smembers(keys.model_versions(name))
+        versions = sorted(
+            v for v in map(int, known) if message.versions is None or v in message.versions
+        )
+        await unpublish(host.redis, name, versions)
+        return ack(host, control.ACK_OK, unloaded=versions)
     versions = sorted(
         v
         for (m, v) in host.loaded

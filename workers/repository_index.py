@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 
 from shared import expected_models, keys, repository
 from shared.control import IndexEntry
+from shared.ensemble_graph import ENSEMBLE_PLATFORM
 from shared.repository import RepositoryModel, ScanResult
 from workers.backend_table import BACKENDS
 
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 
 def entry_for(model: RepositoryModel) -> IndexEntry:
     backend = model.config.backend
-    if backend not in BACKENDS:
+    if backend not in BACKENDS and backend != ENSEMBLE_PLATFORM:  # ensembles: the schedulers
         return IndexEntry(
             versions=model.available_versions,
             error=f"no Conch worker serves backend '{backend or model.config.platform}' "

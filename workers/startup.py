@@ -17,6 +17,7 @@ from shared import expected_models, keys, labels, model_registry, streams
 from shared.errors import ConchError
 from shared.repository import ScanResult
 from workers import auto_complete
+from workers.ensemble_load import publish_ensembles
 from workers.loader import load_version
 from workers.placement import Devices, runs_here
 from workers.version_host import VersionHost
@@ -89,3 +90,4 @@ async def load_at_startup(scan: ScanResult, host: VersionHost) -> None:
             await expected_models.clear_load_errors(redis, [name])
         else:
             await expected_models.record_load_error(redis, name, host.id, first_error)
+    await publish_ensembles(redis, scan, host.id, wanted)

@@ -1,4 +1,4 @@
-"""The gateway's atomic admission script (gateway.admission_script.ENQUEUE_LUA) on a real
+"""The gateway's atomic admission script (shared.admission_script.ENQUEUE_LUA) on a real
 redis-server.
 
 KEYS: the version's readiness set, the request stream, the request's admission record. ARGV: the
@@ -15,9 +15,9 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.admission_script import ENQUEUE_LUA, admission_call
-from gateway.enqueue import CoalescedScript
 from shared import clock, envelope, keys, readiness, streams
+from shared.admission_script import ENQUEUE_LUA, admission_call
+from shared.coalesced_script import CoalescedScript
 from shared.envelope import InferRequest, RequestHeader, Tensor
 
 MODEL, VERSION, PRIORITY = "simple", 1, 1

@@ -17,12 +17,12 @@ import redis.asyncio as aioredis
 
 from conch.private_redis import PrivateRedis
 from gateway.http_codec import parse_infer_request
-from gateway.replies import ReplyRouter
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from shared import envelope, keys, model_registry, readiness
 from shared.errors import ConchError
 from shared.model_config import parse_pbtxt
+from shared.replies import ReplyRouter
 from tests.tcp_proxy import TcpProxy
 
 MODEL = "bounded"

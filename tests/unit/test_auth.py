@@ -7,11 +7,11 @@ import pytest
 from conch.admin import parse_model_limits, parse_weights
 from gateway import admin_validation, auth
 from gateway.auth import RateLimit, Tenant, TenantTable
-from gateway.queue_ticket import queue_ticket
 from gateway.ratelimit import buckets_for
 from shared import control, keys
 from shared.errors import ConchError, ErrorCode
 from shared.model_config import parse_pbtxt
+from shared.queue_ticket import queue_ticket
 
 
 def table(allow_anonymous: bool = True) -> TenantTable:

@@ -65,8 +65,8 @@ def test_request_response_and_error_objects() -> None:
     assert pb_utils.TritonError("x").code() == pb_utils.TritonError.INTERNAL
     ok = pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.arange(4))])
     assert pb_utils.get_output_tensor_by_name(ok, "OUT").as_numpy().tolist() == [0, 1, 2, 3]
-    with pytest.raises(pb_utils.TritonModelException, match="BLS"):
-        request.exec()
+    with pytest.raises(pb_utils.TritonModelException, match="decoupled BLS"):
+        request.exec(decoupled=True)  # comes with streaming responses
     with pytest.raises(pb_utils.TritonModelException):
         pb_utils.Tensor("bad", [1, 2])
 

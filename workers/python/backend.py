@@ -149,6 +149,7 @@ class PythonModelInstance(ModelInstance):
                 json.dumps(r.parameters, default=str),
                 r.correlation_id,
                 r.flags,
+                (r.deadline_ms, r.priority, r.tenant),
             )
             for r in requests
         ]

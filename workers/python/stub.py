@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.python import ipc
+from workers.python import bls_caller, ipc
 
 UTILS_DIR = str(Path(__file__).resolve().parent)
 
@@ -163,6 +163,9 @@ def _execute(pb_utils: ModuleType, model: Any, model_name: str, payload: list[An
     """Run execute on the batch; when it raises, run each request alone so that only the
     request that caused the exception fails (Triton would fail the whole batch)."""
     requests = [_request(pb_utils, model_name, item) for item in payload]
+    bls_caller.current = bls_caller.batch_caller(
+        [bls_caller.Caller(*item[6]) for item in payload if len(item) > 6]
+    )
     try:
         return _run(pb_utils, model, requests)
     except Exception as exc:
@@ -178,7 +181,7 @@ def _execute(pb_utils: ModuleType, model: Any, model_name: str, payload: list[An
 
 
 def _request(pb_utils: ModuleType, model_name: str, item: tuple[Any, ...]) -> Any:
-    request_id, inputs, requested, parameters, correlation_id, flags = item
+    request_id, inputs, requested, parameters, correlation_id, flags = item[:6]
     return pb_utils.InferenceRequest(
         model_name=model_name,
         requested_output_names=requested,

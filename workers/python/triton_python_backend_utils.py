@@ -191,6 +191,7 @@ class InferenceRequest:
         self._correlation_id = correlation_id
         self._flags = flags
         self._timeout = timeout
+        self._model_version = model_version
         self._parameters = _json(parameters)
 
     def inputs(self) -> list[Tensor]:
@@ -231,10 +232,32 @@ class InferenceRequest:
         raise TritonModelException("decoupled models are not supported by Conch's python backend")
 
     def exec(self, decoupled: bool = False) -> InferenceResponse:
-        raise TritonModelException("BLS (InferenceRequest.exec) is not supported by Conch yet")
+        """BLS: run this request on ``model_name`` through the mesh (``workers.python.bls_client``)
+        and wait for its response; an error comes back as ``response.error()``."""
+        return _bls_response(self._bls_submit(decoupled).result())
 
     async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
-        raise TritonModelException("BLS (InferenceRequest.async_exec) is not supported yet")
+        import asyncio
+
+        return _bls_response(await asyncio.wrap_future(self._bls_submit(decoupled)))
+
+    def _bls_submit(self, decoupled: bool) -> Any:
+        if decoupled:
+            raise TritonModelException(
+                "decoupled BLS (exec(decoupled=True)) is not supported by Conch yet: it comes "
+                "with streaming responses; call exec() for one response"
+            )
+        from workers.python import bls_caller, bls_client
+
+        return bls_client.client().submit(
+            self._model_name,
+            self._model_version,
+            [(t.name(), t.as_numpy()) for t in self._inputs],
+            self._requested,
+            json.loads(self._parameters or "{}"),
+            self._timeout,
+            bls_caller.current,
+        )
 
 
 class InferenceResponse:
@@ -261,6 +284,27 @@ class InferenceResponse:
 
     def parameters(self) -> str:
         return self._parameters
+
+
+def _bls_response(reply: Any) -> InferenceResponse:
+    from shared import tensors
+
+    if reply.error_code:
+        names = TritonError.CODE_NAMES
+        code = (
+            names.index(reply.error_code) if reply.error_code in names else TritonError.UNAVAILABLE
+        )
+        return InferenceResponse(error=TritonError(reply.error, code))
+    return InferenceResponse([Tensor(t.name, tensors.to_numpy(t)) for t in reply.outputs])
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    """Triton's ``pb_utils.is_model_ready``: some live instance of the mesh serves the model (the
+    version given, or any)."""
+    from workers.python import bls_client
+
+    version = int(model_version) if str(model_version).strip() else -1
+    return bls_client.client().is_model_ready(model_name, version)
 
 
 class LogLevel:

@@ -187,6 +187,9 @@ class StepRunner:
             parameters=request.parameters,
             correlation_id=sequence.id,
             flags=sequence.flags,
+            deadline_ms=request.deadline_ms,
+            priority=request.priority,
+            tenant=request.tenant,
         )
 
     def _padding(self, template: InferRequest) -> ModelRequest:

@@ -1,0 +1,85 @@
+"""The BLS client of a Python model process against a real Redis: a call is a request of the
+called model's queue, with the calling batch's priority, tenant and deadline (an explicit
+``timeout`` only shortens it); no ready version is an error response, never an exception."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import redis
+
+from shared import clock, envelope, keys, model_registry, readiness
+from shared.errors import ErrorCode
+from shared.model_config import parse_pbtxt
+from workers.python.bls_caller import Caller, batch_caller
+from workers.python.bls_client import BlsClient, BlsSettings
+
+CONFIG = """\
+name: "target"
+backend: "onnxruntime"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { priority_levels: 3 default_priority_level: 3 }
+"""
+
+
+async def _publish(url: str) -> None:
+    import redis.asyncio as aioredis
+
+    r = aioredis.Redis.from_url(url)
+    try:
+        await model_registry.publish_model(r, parse_pbtxt(CONFIG, "target/config.pbtxt"))
+        await readiness.mark_ready(r, "worker-1", {("target", 1): 1}, 60_000)
+    finally:
+        await r.aclose()
+
+
+def test_a_call_is_queued_with_the_callers_priority_tenant_and_deadline(redis_url: str) -> None:
+    import asyncio
+
+    asyncio.run(_publish(redis_url))
+    client = BlsClient(BlsSettings(redis_url=redis_url))
+    deadline = clock.now_ms() + 5_000
+    caller = batch_caller(
+        [Caller(deadline + 1_000, 2, "team-a"), Caller(deadline, 3, "team-b"), Caller()]
+    )
+    assert caller == Caller(deadline, 2, "team-a")
+    future = client.submit("target", -1, [("X", np.ones((1, 4), np.float32))], [], {}, 0, caller)
+    sync = redis.Redis.from_url(redis_url)
+    try:
+        stream = keys.request_stream("target", 1, 2)  # the caller's level, not the default 3
+        for _ in range(50):
+            entries = sync.xrange(stream)
+            if entries:
+                break
+            time.sleep(0.05)
+        (_, fields), *_ = entries
+        header = envelope.decode_header(fields[keys.FIELD_HEADER])
+        request = envelope.decode_request(fields[keys.FIELD_DATA])
+        assert (header.priority, header.deadline_ms) == (2, deadline)
+        assert (request.priority, request.tenant, request.outputs) == (2, "team-a", ["Y"])
+        # Nobody answers: the call ends with the caller's deadline, as an error response.
+        reply = future.result(timeout=10)
+        assert reply.error_code == ErrorCode.DEADLINE_EXCEEDED
+        assert time.time() * 1000 >= deadline
+        # An explicit timeout (microseconds) shortens the deadline; never lengthens it.
+        short = client.submit(
+            "target", -1, [("X", np.ones((1, 4), np.float32))], [], {}, 100_000, Caller()
+        )
+        started = time.monotonic()
+        assert short.result(timeout=10).error_code == ErrorCode.DEADLINE_EXCEEDED
+        assert time.monotonic() - started < 1.0
+    finally:
+        sync.close()
+        client.close()
+
+
+def test_a_model_with_no_ready_version_is_an_error_response(redis_url: str) -> None:
+    client = BlsClient(BlsSettings(redis_url=redis_url))
+    reply = client.submit("missing", -1, [], [], {}, 0, Caller()).result(timeout=10)
+    assert reply.error_code == ErrorCode.NOT_FOUND
+    assert "Request for unknown model: 'missing' is not found" in reply.error
+    assert client.is_model_ready("missing", -1) is False
+    client.close()

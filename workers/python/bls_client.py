@@ -1,0 +1,177 @@
+"""BLS in a Python model process: ``pb_utils.InferenceRequest(...).exec()`` / ``async_exec()``.
+
+A call is a request of the mesh like any other: it is submitted to the called model's queue with
+the shared admission script (``shared.submission``), so it is batched with that model's other
+requests and scheduled by priority, and its reply comes back on this process's own reply stream
+(``shared.replies``, the gateway's reply reader). It carries the calling requests' priority,
+tenant and remaining deadline (those of the batch ``execute`` is running: the earliest deadline,
+the most urgent priority); an explicit ``timeout`` (microseconds, Triton's argument) can only
+shorten it.
+
+The client lives on an event loop of its own, on a thread of the model process, created at the
+first call: ``exec`` waits on it from ``execute``'s thread, ``async_exec`` from the model's own
+loop. Errors never raise: they come back as ``InferenceResponse.error()``, as in Triton.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from shared import keys, model_registry, readiness, redis_conn, tensors
+from shared.envelope import Reply
+from shared.errors import ConchError, ErrorCode
+from shared.ids import new_id
+from shared.model_config import ModelConfig
+from shared.replies import ReplyRouter
+from shared.settings import Settings
+from shared.submission import Submitter
+from workers.python.bls_caller import Caller
+
+# Without a calling request (a BLS call from initialize), a call may take this long.
+DEFAULT_TIMEOUT_MS = 30_000
+
+
+class BlsSettings(Settings, kw_only=True):
+    """Read in the model process (it inherits the worker's environment)."""
+
+    __prefix__ = "CONCH_WORKER_"
+
+    gone_bound_ms: int = 30_000
+
+
+class BlsClient:
+    def __init__(self, settings: BlsSettings):
+        self._settings = settings
+        self._loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=self._loop.run_forever, name="bls", daemon=True)
+        thread.start()
+        self._rev = -1
+        self._configs: dict[str, ModelConfig] = {}
+        asyncio.run_coroutine_threadsafe(self._setup(), self._loop).result(timeout=30)
+
+    async def _setup(self) -> None:
+        url = self._settings.redis_url
+        self._redis = redis_conn.connect(url, max_connections=16, name="conch-bls")
+        self._submitter = Submitter(self._redis, self._settings.gone_bound_ms)
+        owner = f"bls-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._replies = ReplyRouter(url, owner)
+        self._reader = asyncio.create_task(self._replies.run())
+
+    def close(self) -> None:
+        """Stop the reply reader and the loop (tests; a model process just exits)."""
+
+        async def stop() -> None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+            await self._redis.aclose()
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def submit(
+        self,
+        model: str,
+        version: int,
+        inputs: list[tuple[str, np.ndarray]],
+        outputs: list[str],
+        parameters: dict[str, Any],
+        timeout_us: int,
+        caller: Caller,
+    ) -> Future[Reply]:
+        call = self._call(model, version, inputs, outputs, parameters, timeout_us, caller)
+        return asyncio.run_coroutine_threadsafe(call, self._loop)
+
+    def is_model_ready(self, model: str, version: int) -> bool:
+        return asyncio.run_coroutine_threadsafe(self._ready(model, version), self._loop).result(
+            timeout=10
+        )
+
+    async def _ready(self, model: str, version: int) -> bool:
+        live = (await readiness.ready_versions(self._redis, [model])).get(model, {})
+        ready = [v for v, count in live.items() if count > 0]
+        return bool(ready) if version < 0 else version in ready
+
+    async def _call(
+        self,
+        model: str,
+        version: int,
+        inputs: list[tuple[str, np.ndarray]],
+        outputs: list[str],
+        parameters: dict[str, Any],
+        timeout_us: int,
+        caller: Caller,
+    ) -> Reply:
+        now = int(time.time() * 1000)
+        deadline = caller.deadline_ms or now + DEFAULT_TIMEOUT_MS
+        if timeout_us > 0:
+            deadline = min(deadline, now + timeout_us // 1000)
+        request_id = new_id()
+        try:
+            config, number = await self._resolve(model, version)
+            future = self._replies.expect(request_id)
+            async with asyncio.timeout(max(deadline - now, 1) / 1000 + 0.05):
+                await self._submitter.submit(
+                    config,
+                    number,
+                    request_id=request_id,
+                    inputs=[tensors.from_numpy(name, array) for name, array in inputs],
+                    outputs=outputs or config.output_names,
+                    parameters=parameters,
+                    reply_to=self._replies.stream,
+                    now_ms=now,
+                    deadline_ms=deadline,
+                    priority=caller.priority,
+                    tenant=caller.tenant,
+                )
+                return await future
+        except ConchError as exc:
+            return _error(request_id, model, version, exc.code, exc.message)
+        except TimeoutError:
+            message = f"Request timeout expired: model '{model}' did not answer in time"
+            return _error(request_id, model, version, ErrorCode.DEADLINE_EXCEEDED, message)
+        finally:
+            self._replies.forget(request_id)
+
+    async def _resolve(self, model: str, version: int) -> tuple[ModelConfig, int]:
+        rev = int(await self._redis.get(keys.models_rev()) or 0)
+        if rev != self._rev or model not in self._configs:
+            self._rev, self._configs = await model_registry.read_models(self._redis)
+        config = self._configs.get(model)
+        if config is None:
+            raise ConchError(
+                ErrorCode.NOT_FOUND, f"Request for unknown model: '{model}' is not found"
+            )
+        live = (await readiness.ready_versions(self._redis, [model])).get(model, {})
+        ready = sorted(v for v, count in live.items() if count > 0)
+        if version >= 0 and version in ready:
+            return config, version
+        if version < 0 and ready:
+            return config, ready[-1]
+        wanted = "" if version < 0 else f" version {version}"
+        raise ConchError(ErrorCode.UNAVAILABLE, f"Request for model '{model}'{wanted}: not ready")
+
+
+def _error(request_id: str, model: str, version: int, code: ErrorCode, message: str) -> Reply:
+    return Reply(
+        id=request_id, model=model, version=max(version, 0), error_code=code, error=message
+    )
+
+
+_client: BlsClient | None = None
+_lock = threading.Lock()
+
+
+def client() -> BlsClient:
+    global _client
+    with _lock:
+        if _client is None:
+            _client = BlsClient(BlsSettings.from_env())
+        return _client
