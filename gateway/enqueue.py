@@ -75,5 +75,7 @@ class CoalescedScript:
     async def _pipeline(self, batch: list[Call]) -> list[object]:
         async with self._redis.pipeline(transaction=False) as pipe:
             for keys, args, _ in batch:
-                pipe.evalsha(self._sha, len(keys), *keys, *args)
+                # execute_command: redis-py blocks the evalsha method in a cluster pipeline,
+                # not the command (its keys pick the slot as for any other).
+                pipe.execute_command("EVALSHA", self._sha, len(keys), *keys, *args)
             return await pipe.execute(raise_on_error=False)

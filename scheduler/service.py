@@ -200,7 +200,7 @@ class SchedulerService:
         try:
             while True:
                 try:
-                    async with client.pubsub() as pubsub:
+                    async with await redis_conn.pubsub(client) as pubsub:
                         await pubsub.psubscribe(keys.BATCH_DONE_PATTERN)
                         async for message in pubsub.listen():
                             if message.get("type") != "pmessage":

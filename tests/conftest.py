@@ -11,14 +11,30 @@ import pytest
 import redis.asyncio as aioredis
 
 from conch.private_redis import PrivateRedis
+from conch.private_redis_cluster import PrivateRedisCluster
+from shared import redis_conn
 from tests.mesh import flush_database
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--redis-cluster",
+        action="store_true",
+        help="run against a private 3-master, 3-replica Redis Cluster instead of one Redis "
+        "(the redis_server fixture and every mesh built on it); tests that need one Redis "
+        "(MONITOR, a restart, keyspace scans) are skipped with the reason",
+    )
+
+
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[PrivateRedis]:
-    server = PrivateRedis().start()
+def redis_server(request: pytest.FixtureRequest) -> Iterator[PrivateRedis | PrivateRedisCluster]:
+    server: PrivateRedis | PrivateRedisCluster
+    if request.config.getoption("--redis-cluster"):
+        server = PrivateRedisCluster().start()
+    else:
+        server = PrivateRedis().start()
     yield server
     server.stop()
 
@@ -32,7 +48,11 @@ def redis_url(redis_server: PrivateRedis) -> str:
 
 @pytest.fixture
 async def aredis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=False)
+    client = (
+        redis_conn.connect(redis_url)
+        if redis_url.startswith("redis+cluster")
+        else aioredis.Redis.from_url(redis_url, decode_responses=False)
+    )
     yield client
     await client.aclose()
 
