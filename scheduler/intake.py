@@ -56,8 +56,10 @@ class Intake:
             self.settings.redis_url, name="conch-scheduler-read"
         )
         slot_reads = None
-        if redis_cluster.is_cluster(self.settings.redis_url):
-            slot_reads = SlotReads(client, self.id, self.settings.read_count)
+        url = self.settings.redis_url
+        if self.settings.read_by_slot or redis_cluster.is_cluster(url):
+            reads = redis_conn.blocking_pool(url, name="conch-scheduler-slot-read")
+            slot_reads = SlotReads(reads, self.id, self.settings.read_count)
         try:
             while True:
                 if not self._streams:

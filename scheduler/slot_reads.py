@@ -2,7 +2,8 @@
 
 A multi-stream XREADGROUP must name streams of one slot there, and the request streams of
 different models live in different slots (``shared.keys``). Each slot's read runs as a task on
-the dedicated cluster client (a connection of its own per read); whichever answers first is
+a pool of its own (a connection per read, never retried: ``redis_conn.blocking_pool``);
+whichever answers first is
 handed over and read again, the others keep waiting, so an idle model costs no latency to a busy
 one. A read cancelled because its streams changed may have been answered meanwhile: the caller
 then recovers this scheduler's own pending entries (``needs_recovery``).
@@ -74,3 +75,4 @@ class SlotReads:
             task.cancel()
         await asyncio.gather(*self._reads.values(), return_exceptions=True)
         self._reads.clear()
+        await self._client.aclose()

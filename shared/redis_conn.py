@@ -210,6 +210,25 @@ def dedicated(url: str, *, name: str = "conch-blocking") -> aioredis.Redis:
     return client
 
 
+def blocking_pool(url: str, *, name: str, max_connections: int = 64) -> aioredis.Redis:
+    """A pool for concurrent blocking reads (one per hash slot), whose commands are never sent
+    again by the client, for the reason ``dedicated`` gives."""
+    if redis_cluster.is_cluster(url):
+        return _cluster(url, max_connections=max_connections, name=name, retries=0)  # type: ignore[return-value]
+    pool = aioredis.BlockingConnectionPool(
+        **_options(
+            url,
+            client_name=name,
+            max_connections=max_connections,
+            timeout=10,
+            retry=Retry(ExponentialBackoff(), 0),
+        )
+    )
+    client = aioredis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True
+    return client
+
+
 def sync_client(url: str, *, name: str = "conch-sync") -> redis.Redis:
     """A synchronous single-connection client with the same bounds, for a thread of its own
     (heartbeats) that must keep going while the event loop is blocked."""
