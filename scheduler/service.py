@@ -23,6 +23,7 @@ from scheduler.intake import Intake
 from scheduler.settings import SchedulerSettings
 from scheduler.version_queue import VersionQueue
 from shared import (
+    durability,
     heartbeats,
     keys,
     log_settings,
@@ -44,6 +45,9 @@ class SchedulerService:
         self.settings = settings
         self.id = f"scheduler-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.redis = redis_conn.connect(settings.redis_url, name="conch-scheduler")
+        durability.configure(
+            self.redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+        )
         self.queues: dict[tuple[str, int], VersionQueue] = {}
         self._tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
         # request stream key -> (model, version)

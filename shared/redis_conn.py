@@ -105,6 +105,14 @@ class _HiredisPacking:
         except OSError as exc:
             await self.disconnect(nowait=True)
             raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
+        except RuntimeError as exc:
+            # uvloop's "unable to perform operation on <TCPTransport closed=True>": the server
+            # closed the connection (a failover, a restart) under a write. A connection error,
+            # so the callers' retry and 503 paths take it, not an internal error.
+            await self.disconnect(nowait=True)
+            if "closed" not in str(exc):
+                raise
+            raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
         except BaseException:
             await self.disconnect(nowait=True)
             raise
