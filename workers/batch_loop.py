@@ -104,7 +104,9 @@ class BatchLoop:
                 extra={"model": loaded.name, "error": repr(exc)},
             )
             await asyncio.sleep(0.5)
-            lane.put(entry)
+            # Counted as a redelivery once (so the retry checks it still owns the batch: it may
+            # have been claimed meanwhile), never more: Redis's outage is not the batch's fault.
+            lane.put(dataclasses.replace(entry, deliveries=max(entry.deliveries, 2)))
             return
         except Exception:
             log.exception("batch processing failed; trying it again", extra={"model": loaded.name})
