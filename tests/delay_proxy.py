@@ -5,85 +5,97 @@ hop's delay where the kernel's ``tc netem`` is missing (the lab's hosts, ``tests
 milliseconds is read from DELAY_FILE (re-read when it changes), so one run can step through
 several delays. Order is kept: a chunk is written no earlier than its arrival plus the delay,
 and never before the chunks that arrived before it. Bandwidth is not limited.
+
+Threads, not an event loop: a sub-millisecond delay needs ``nanosleep``'s precision (about
+0.1 ms), and event loops round their timers to the millisecond. Per connection and direction,
+one thread reads and stamps each chunk, another sleeps until its time and writes it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
+import queue
+import socket
 import sys
+import threading
 import time
 from pathlib import Path
-
-import uvloop
 
 
 class Delay:
     def __init__(self, path: Path):
         self.path = path
         self.seconds = 0.0
-        self._mtime = 0.0
+        threading.Thread(target=self._follow, daemon=True).start()
 
-    async def follow(self) -> None:
+    def _follow(self) -> None:
+        mtime = 0.0
         while True:
             with contextlib.suppress(OSError, ValueError):
-                mtime = self.path.stat().st_mtime
-                if mtime != self._mtime:
-                    self._mtime = mtime
+                now = self.path.stat().st_mtime
+                if now != mtime:
+                    mtime = now
                     self.seconds = float(self.path.read_text().strip() or 0) / 1000
-            await asyncio.sleep(0.1)
+            time.sleep(0.1)
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: Delay) -> None:
-    queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+def _pump(source: socket.socket, sink: socket.socket, delay: Delay) -> None:
+    chunks: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
 
-    async def send() -> None:
+    def send() -> None:
         while True:
-            due, data = await queue.get()
+            due, data = chunks.get()
             if not data:
                 break
-            wait = due - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            writer.write(data)
-            if queue.empty():
-                await writer.drain()
+            while (wait := due - time.monotonic()) > 0:
+                time.sleep(wait)
+            try:
+                sink.sendall(data)
+            except OSError:
+                break
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
 
-    sender = asyncio.create_task(send())
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
     try:
-        while data := await reader.read(1 << 16):
-            queue.put_nowait((time.monotonic() + delay.seconds, data))
-    except (ConnectionError, OSError):
+        while data := source.recv(1 << 16):
+            chunks.put((time.monotonic() + delay.seconds, data))
+    except OSError:
         pass
     finally:
-        queue.put_nowait((0.0, b""))
-        with contextlib.suppress(Exception):
-            await sender
-        with contextlib.suppress(Exception):
-            writer.close()
+        chunks.put((0.0, b""))
+        sender.join()
 
 
-async def main(listen: str, target: str, delay_file: str) -> None:
+def _serve(client: socket.socket, target: tuple[str, int], delay: Delay) -> None:
+    try:
+        upstream = socket.create_connection(target)
+    except OSError:
+        client.close()
+        return
+    for end in (client, upstream):
+        end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    back = threading.Thread(target=_pump, args=(upstream, client, delay), daemon=True)
+    back.start()
+    _pump(client, upstream, delay)
+    back.join()
+    client.close()
+    upstream.close()
+
+
+def main(listen: str, target: str, delay_file: str) -> None:
     delay = Delay(Path(delay_file))
-    follower = asyncio.create_task(delay.follow())
-    target_host, _, target_port = target.rpartition(":")
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(target_host, int(target_port))
-        except OSError:
-            writer.close()
-            return
-        await asyncio.gather(_pump(reader, up_writer, delay), _pump(up_reader, writer, delay))
-
     host, _, port = listen.rpartition(":")
-    server = await asyncio.start_server(handle, host, int(port), reuse_address=True)
-    print(f"delay proxy {listen} -> {target} (pid {os.getpid()})", flush=True)
-    async with server:
-        await server.serve_forever()
-    follower.cancel()
+    target_host, _, target_port = target.rpartition(":")
+    server = socket.create_server((host, int(port)), backlog=1024, reuse_port=False)
+    print(f"delay proxy {listen} -> {target}", flush=True)
+    while True:
+        client, _ = server.accept()
+        threading.Thread(
+            target=_serve, args=(client, (target_host, int(target_port)), delay), daemon=True
+        ).start()
 
 
 if __name__ == "__main__":
-    uvloop.run(main(*sys.argv[1:4]))
+    main(*sys.argv[1:4])

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     with args.out.open("a") as sink:
         for row in rows:
             sink.write(json.dumps(row) + "\n")
-    keys = ["delay_ms", "model", "concurrency", "req_s", "p50_ms", "p90_ms", "p99_ms", "avg_batch"]
+    keys = ["delay_ms", "model", "concurrency", "rps", "p50_ms", "p90_ms", "p99_ms", "errors"]
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
     for row in rows:

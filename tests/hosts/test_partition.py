@@ -123,13 +123,12 @@ def test_a_worker_cut_off_from_redis_is_reclaimed_and_its_late_result_dropped(
                 break
             mesh.lab.heal("w1")
     assert held, "w1 never held a batch to cut it off with"
-    cut_at = time.monotonic()
     time.sleep(10)
     mesh.lab.heal("w1")
     client.wait(timeout=120)
     answers = json.loads(out.read_text())
     late = _metric(mesh, "w1", "conch_late_results_dropped_total")
-    redelivered_w2 = _metric(mesh, "w2", "conch_redelivered_total")
+    redelivered_w2 = _metric(mesh, "w2", "conch_stream_entries_redelivered_total")
     stats = json.loads(
         mesh.lab.run(
             "client",
@@ -148,7 +147,6 @@ def test_a_worker_cut_off_from_redis_is_reclaimed_and_its_late_result_dropped(
                 "late_results_dropped_w1": late,
                 "redelivered_w2": redelivered_w2,
                 "inference_count": inference_count,
-                "cut_s": round(time.monotonic() - cut_at, 1),
             }
         ),
     )
