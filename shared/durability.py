@@ -18,6 +18,7 @@ WAIT wherever they pipeline a write (``queue_wait``).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from redis.asyncio.cluster import ClusterPipeline
@@ -53,13 +54,20 @@ def queue_wait(pipe: Any, wait: tuple[int, int], keys: list[Any]) -> int:
     return len(nodes)
 
 
+_LOG_EVERY_S = 10.0
+_last_logged: dict[str, float] = {}
+
+
 def check(replies: list[Any], wait: tuple[int, int], what: str) -> None:
     """Log when fewer replicas than asked acknowledged within the timeout: the write stands
-    (it is on the master), only its durability across a failover is not assured."""
+    (it is on the master), only its durability across a failover is not assured. At most one
+    line per 10 s and kind of write: a shard without a replica would otherwise log each one."""
     replicas, timeout_ms = wait
     short = [r for r in replies if isinstance(r, int) and r < replicas]
     errors = [r for r in replies if isinstance(r, Exception)]
-    if short or errors:
+    now = time.monotonic()
+    if (short or errors) and now - _last_logged.get(what, -_LOG_EVERY_S) >= _LOG_EVERY_S:
+        _last_logged[what] = now
         log.warning(
             "write not acknowledged by enough replicas",
             extra={
