@@ -38,9 +38,14 @@ prometheus:
 	  $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 # One command: install what the tests need and run them (CI runs exactly this).
+# The second run: a representative subset of the e2e suite against a private 3-master,
+# 3-replica Redis Cluster (docs/scaling.md); the whole e2e suite takes `--redis-cluster` too.
+CLUSTER_SUBSET ?= tests/e2e/test_spine.py tests/e2e/test_grpc.py tests/e2e/test_sequences.py \
+	tests/e2e/test_policy.py tests/e2e/test_front_door.py
 test: install-test
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
+	$(PY) -m pytest --redis-cluster $(CLUSTER_SUBSET)
 
 # The long forms of the chaos, fuzz and soak suites (tests/chaos, tests/fuzz; about an hour on
 # 2 cores): every fault several times, thousands of hostile requests, a 100,000-request soak.

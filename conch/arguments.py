@@ -18,6 +18,14 @@ def parser() -> argparse.ArgumentParser:
     )
     up_parser.add_argument("--host", default="127.0.0.1", help="address the gateway binds")
     up_parser.add_argument(
+        "--redis-cluster",
+        type=int,
+        default=0,
+        metavar="MASTERS",
+        help="start a private Redis Cluster of MASTERS masters (at least 3), one replica each, "
+        "instead of one private Redis (ignored when CONCH_REDIS_URL is set)",
+    )
+    up_parser.add_argument(
         "--gateways",
         default="auto",
         help="gateway processes: a number, or auto (one per two CPUs, 2 to 8; docs/performance.md)",

@@ -6,7 +6,7 @@ import json
 
 import redis
 
-from shared import keys
+from shared import keys, redis_cluster
 
 
 class LoadErrors:
@@ -15,7 +15,11 @@ class LoadErrors:
 
     def __init__(self, redis_url: str, since_ms: int):
         self._since_ms = since_ms - 1000  # clock skew between processes of one machine
-        self._client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+        self._client: redis.Redis = (
+            redis_cluster.sync_client(redis_url, socket_timeout=2, name="conch-up")  # type: ignore[assignment]
+            if redis_cluster.is_cluster(redis_url)
+            else redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+        )
 
     def __call__(self) -> dict[str, str]:
         try:

@@ -24,6 +24,7 @@ from conch.local_prometheus import LocalPrometheus
 from conch.mesh_ready import ModelFailed, wait_ready
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
+from conch.private_redis_cluster import PrivateRedisCluster
 from conch.service_env import grpc_keepalive_env
 from conch.supervisor import ServiceSpec, StartupFailed, Supervisor
 from conch.worker_plan import plan_workers, visible_gpus
@@ -76,9 +77,18 @@ def up(args: argparse.Namespace) -> int:
 
     started_ms = clock.now_ms()
     private: PrivateRedis | None = None
+    cluster: PrivateRedisCluster | None = None
     cache_redis: PrivateRedis | None = None
     redis_url = os.environ.get("CONCH_REDIS_URL")
-    if not redis_url:
+    if not redis_url and args.redis_cluster:
+        try:
+            cluster = PrivateRedisCluster(masters=args.redis_cluster).start()
+        except ConchError as exc:
+            print(f"conch up: {exc.message}", file=sys.stderr)
+            return 2
+        redis_url = cluster.url
+        log.info("private redis cluster started", extra={"url": redis_url})
+    elif not redis_url:
         private = PrivateRedis().start()
         redis_url = private.url
         log.info("private redis started", extra={"url": redis_url, "tcp_url": private.tcp_url})
@@ -211,6 +221,8 @@ def up(args: argparse.Namespace) -> int:
             prometheus.stop()
         if private is not None:
             private.stop()
+        if cluster is not None:
+            cluster.stop()
         if cache_redis is not None:
             cache_redis.stop()
 

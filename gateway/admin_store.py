@@ -182,7 +182,9 @@ class AdminStore:
     async def get_tenant(self, name: str) -> TenantView:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hget(keys.tenants(), name)
-            pipe.smembers(keys.tenant_keys(name))
+            # Not pipe.smembers: redis-py 8.1.0's cluster MULTI hands the command's ``keys``
+            # option to SMEMBERS' reply callback, which takes none (TypeError).
+            pipe.execute_command("SMEMBERS", keys.tenant_keys(name))
             raw, digests = await pipe.execute()
         if raw is None:
             raise not_found(f"unknown tenant '{name}'")

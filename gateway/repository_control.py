@@ -180,8 +180,10 @@ class RepositoryControl:
         if not gone:
             return
         kept = {str(v): w for v, w in weights.items() if v not in gone}
+        # The version set lives in the model's slot, the policy keys in {policy}'s: two
+        # commands (a retry of either is harmless), the policy ones atomic among themselves.
+        await self._redis.srem(keys.model_versions(model), *gone)
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.srem(keys.model_versions(model), *gone)
             pipe.hdel(keys.draining(), *(f"{model}:{v}" for v in gone))
             if weights and kept != {str(v): w for v, w in weights.items()}:
                 if any(kept.values()):

@@ -31,7 +31,7 @@ from gateway.shared_memory import SharedMemoryManager
 from gateway.trace_settings import TraceSettings
 from gateway.traffic_table import TrafficTable
 from gateway.version_router import VersionRouter
-from shared import heartbeats, log_settings, metrics, periodic, redis_conn
+from shared import durability, heartbeats, log_settings, metrics, periodic, redis_conn
 from shared.replies import ReplyRouter
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,9 @@ class GatewayState:
         self.id = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.redis = redis_conn.connect(
             settings.redis_url, max_connections=settings.redis_pool_size, name="conch-gateway"
+        )
+        durability.configure(
+            self.redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
         )
         refresh_s = settings.refresh_interval_ms / 1000
         self.table = ModelTable(self.redis, refresh_s)

@@ -15,12 +15,13 @@ import hashlib
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 from scheduler.pending import Pending
-from shared import envelope, tracing
+from shared import durability, envelope, tracing
 from shared.envelope import Batch
 from shared.fencing import DISPATCH_LUA, dispatch_args
 from shared.ids import new_id
@@ -57,10 +58,14 @@ async def send(
     for p in chosen:
         by_stream[p.stream].append(p.entry_id)
     script_keys, args = dispatch_args(batch_stream, consumer, envelope.encode(batch), by_stream)
-    try:
-        result = await r.evalsha(_DISPATCH_SHA, len(script_keys), *script_keys, *args)
-    except NoScriptError:  # a Redis restarted or flushed: the full text once, cached again
-        result = await r.eval(DISPATCH_LUA, len(script_keys), *script_keys, *args)
+    wait = durability.of(r)
+    if wait is not None:
+        result = await _send_and_wait(r, wait, script_keys, args)
+    else:
+        try:
+            result = await r.evalsha(_DISPATCH_SHA, len(script_keys), *script_keys, *args)
+        except NoScriptError:  # a Redis restarted or flushed: the full text once, cached again
+            result = await r.eval(DISPATCH_LUA, len(script_keys), *script_keys, *args)
     if int(result[0]) >= 0:
         return Sent(backlog=int(result[0]))
     streams = list(by_stream)
@@ -68,6 +73,25 @@ async def send(
         (streams[int(result[i]) - 1], bytes(result[i + 1])) for i in range(1, len(result), 2)
     }
     return Sent(not_ours=[p for p in chosen if (p.stream, p.entry_id) in missing])
+
+
+async def _send_and_wait(
+    r: aioredis.Redis, wait: tuple[int, int], script_keys: list[Any], args: list[Any]
+) -> Any:
+    """The dispatch script and a WAIT on the same connection (``shared.durability``)."""
+    for _ in range(2):
+        async with r.pipeline(transaction=False) as pipe:
+            pipe.execute_command("EVALSHA", _DISPATCH_SHA, len(script_keys), *script_keys, *args)
+            waits = durability.queue_wait(pipe, wait, script_keys[:1])
+            results = await pipe.execute(raise_on_error=False)
+        if isinstance(results[0], NoScriptError):
+            await r.script_load(DISPATCH_LUA)
+            continue
+        durability.check(results[-waits:], wait, "dispatch")
+        if isinstance(results[0], Exception):
+            raise results[0]
+        return results[0]
+    raise NoScriptError("the dispatch script could not be loaded")
 
 
 def trace_queued(model: str, version: int, chosen: list[Pending], queue_ns: list[int]) -> None:

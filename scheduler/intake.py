@@ -1,5 +1,6 @@
-"""The scheduler's intake: one blocking XREADGROUP over every request stream, each entry handed
-to its version's queue.
+"""The scheduler's intake: one blocking XREADGROUP over every request stream (on Redis Cluster,
+one per hash slot, concurrently: ``scheduler.slot_reads``), each entry handed to its version's
+queue.
 
 Nothing read is ever left behind: after a failed read (whose answer may have been delivered and
 lost), a failed queue step or a failed write, the intake re-reads this scheduler's own pending
@@ -20,8 +21,9 @@ from redis.exceptions import ResponseError
 from scheduler import own_pending, poison
 from scheduler.ensemble_runner import EnsembleRunner
 from scheduler.settings import SchedulerSettings
+from scheduler.slot_reads import SlotReads
 from scheduler.version_queue import VersionQueue
-from shared import envelope, keys, metrics, redis_conn, streams
+from shared import envelope, keys, metrics, redis_cluster, redis_conn, streams
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,11 @@ class Intake:
         client: aioredis.Redis = redis_conn.dedicated(
             self.settings.redis_url, name="conch-scheduler-read"
         )
+        slot_reads = None
+        url = self.settings.redis_url
+        if self.settings.read_by_slot or redis_cluster.is_cluster(url):
+            reads = redis_conn.blocking_pool(url, name="conch-scheduler-slot-read")
+            slot_reads = SlotReads(reads, self.id, self.settings.read_count)
         try:
             while True:
                 if not self._streams:
@@ -62,15 +69,20 @@ class Intake:
                     continue
                 if self._recover:
                     await self._recover_own()
-                request = {stream: b">" for stream in self._streams}
                 try:
-                    reply = await client.xreadgroup(
-                        keys.SCHEDULER_GROUP,
-                        self.id,
-                        request,
-                        count=self.settings.read_count,
-                        block=250,
-                    )
+                    if slot_reads is not None:
+                        reply = await slot_reads.read(list(self._streams))
+                        if slot_reads.needs_recovery:
+                            slot_reads.needs_recovery = False
+                            self._recover = True
+                    else:
+                        reply = await client.xreadgroup(
+                            keys.SCHEDULER_GROUP,
+                            self.id,
+                            {stream: b">" for stream in self._streams},
+                            count=self.settings.read_count,
+                            block=250,
+                        )
                 except asyncio.CancelledError:
                     raise
                 except ResponseError as exc:
@@ -97,6 +109,8 @@ class Intake:
                 for entry in streams.parse_read(reply):
                     self.accept(entry)
         finally:
+            if slot_reads is not None:
+                await slot_reads.close()
             await client.aclose()
 
     async def _recover_own(self) -> None:

@@ -26,6 +26,7 @@ from scheduler.intake import Intake
 from scheduler.settings import SchedulerSettings
 from scheduler.version_queue import VersionQueue
 from shared import (
+    durability,
     heartbeats,
     keys,
     log_settings,
@@ -48,6 +49,9 @@ class SchedulerService:
         self.settings = settings
         self.id = f"scheduler-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.redis = redis_conn.connect(settings.redis_url, name="conch-scheduler")
+        durability.configure(
+            self.redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+        )
         self.queues: dict[tuple[str, int], VersionQueue | EnsembleRunner] = {}
         self._tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
         # request stream key -> (model, version)
@@ -236,7 +240,7 @@ class SchedulerService:
         try:
             while True:
                 try:
-                    async with client.pubsub() as pubsub:
+                    async with await redis_conn.pubsub(client) as pubsub:
                         await pubsub.psubscribe(keys.BATCH_DONE_PATTERN)
                         async for message in pubsub.listen():
                             if message.get("type") != "pmessage":

@@ -15,6 +15,10 @@ class SchedulerSettings(Settings, kw_only=True):
     refresh_interval_ms: int = 500
     # Entries read per XREADGROUP call.
     read_count: int = 512
+    # Read the request streams with one XREADGROUP per hash slot (concurrently) rather than one
+    # over all of them. Always so on Redis Cluster, which refuses a read across slots; on one
+    # Redis, one read is cheaper, and this forces the cluster's plan there (the slot check).
+    read_by_slot: bool = False
     # How often pending entries of dead schedulers are looked for.
     reclaim_interval_ms: int = 1_000
     # A scheduler is dead, and its pending entries may be claimed, once its last heartbeat is

@@ -16,6 +16,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
+from shared import durability
+
 Call = tuple[Sequence[str], Sequence[object], asyncio.Future[Any]]
 
 
@@ -73,7 +75,15 @@ class CoalescedScript:
         return results
 
     async def _pipeline(self, batch: list[Call]) -> list[object]:
+        wait = durability.of(self._redis)
         async with self._redis.pipeline(transaction=False) as pipe:
             for keys, args, _ in batch:
-                pipe.evalsha(self._sha, len(keys), *keys, *args)
-            return await pipe.execute(raise_on_error=False)
+                # execute_command: redis-py blocks the evalsha method in a cluster pipeline,
+                # not the command (its keys pick the slot as for any other).
+                pipe.execute_command("EVALSHA", self._sha, len(keys), *keys, *args)
+            if wait is None:
+                return await pipe.execute(raise_on_error=False)
+            waits = durability.queue_wait(pipe, wait, [keys[0] for keys, _, _ in batch])
+            results = await pipe.execute(raise_on_error=False)
+        durability.check(results[-waits:], wait, "admission")
+        return results[:-waits]

@@ -1,7 +1,22 @@
-"""Every Redis key and stream name that crosses a service boundary.
+"""Longer than 300 lines because every key name of the mesh lives here, in one place, so that
+its hash tags can be read (and checked for Redis Cluster) together.
 
-Per-model keys share the hash tag ``{model}`` so that a model's streams, readiness sets and
-scripts live in one Redis Cluster slot and one Lua script may touch them all.
+Every Redis key and stream name that crosses a service boundary.
+
+Every key that one Lua script or MULTI touches shares one hash tag, so the same code runs on
+Redis Cluster (``docs/scaling.md`` has the map; ``tests/integration/test_cluster_slots.py``
+records a real run and fails when one call's keys hash apart):
+
+- ``{<model>}``: a model's streams (requests, batches, dead letters), readiness and instance
+  sets, statistics, admission dedupe keys and sequences: admission, dispatch, the fenced ack,
+  dead-lettering and the sequence scripts each touch one model's slot.
+- ``{fleet}``: the fleet-wide registry and control keys (models, repository index, control
+  stream and state, load errors, labels, log and trace settings): small, rarely written.
+- ``{policy}``: version weights, shadow traffic, draining versions and their revision.
+- ``{tenants}``: tenants, API keys and their revision; ``{<tenant>}``: a tenant's rate buckets.
+- ``{gw:<id>}``: one gateway process's reply stream; ``{<host>}``: one host's shm regions.
+
+The service registry keys carry no tag: each is written by single-key commands only.
 """
 
 from __future__ import annotations
@@ -17,14 +32,18 @@ FIELD_HEADER = b"h"
 FIELD_DATA = b"d"
 
 
+# Hash tags (see the module docstring).
+FLEET = f"{PREFIX}:{{fleet}}"
+
+
 def models() -> str:
     """HASH model name -> normalized config JSON, written by the workers that load the model."""
-    return f"{PREFIX}:models"
+    return f"{FLEET}:models"
 
 
 def models_rev() -> str:
     """Counter bumped whenever ``models()`` changes, so readers refresh only on change."""
-    return f"{PREFIX}:models:rev"
+    return f"{FLEET}:models:rev"
 
 
 def _model(model: str) -> str:
@@ -91,7 +110,7 @@ BATCH_DONE_PATTERN = f"{PREFIX}:m:*:done:*"
 
 def reply_stream(owner: str) -> str:
     """STREAM of replies for one gateway process (no consumer group; one reader)."""
-    return f"{PREFIX}:reply:{owner}"
+    return f"{PREFIX}:reply:{{gw:{owner}}}"
 
 
 def stats(model: str, version: int) -> str:
@@ -169,33 +188,33 @@ def shadow_stats(model: str, version: int) -> str:
 
 def control_stream() -> str:
     """STREAM of model control messages; every worker reads all of it (no consumer group)."""
-    return f"{PREFIX}:control"
+    return f"{FLEET}:control"
 
 
 def control_state() -> str:
     """HASH model -> desired state JSON (config override, unloaded versions) for new workers."""
-    return f"{PREFIX}:control:models"
+    return f"{FLEET}:control:models"
 
 
 def control_acks(message_id: str) -> str:
     """LIST of the workers' answers to one control message."""
-    return f"{PREFIX}:control:ack:{message_id}"
+    return f"{FLEET}:control:ack:{message_id}"
 
 
 def repository_index() -> str:
     """HASH model -> what workers found on disk ``{"versions": [...], "error": ...}``."""
-    return f"{PREFIX}:repository"
+    return f"{FLEET}:repository"
 
 
 def repository_scanned() -> str:
     """STRING ms since epoch: a worker has written the whole repository index (the models the
     mesh is expected to serve are known; see ``shared.expected_models``)."""
-    return f"{PREFIX}:repository:scanned"
+    return f"{FLEET}:repository:scanned"
 
 
 def load_errors() -> str:
     """HASH model -> why its last load failed ``{"worker": ..., "message": ..., "ms": ...}``."""
-    return f"{PREFIX}:load_errors"
+    return f"{FLEET}:load_errors"
 
 
 # --- Protocol extensions (shared memory, response cache, trace and log settings) --------------
@@ -209,34 +228,34 @@ def shm_regions(host: str) -> str:
 
 def labels() -> str:
     """HASH model -> JSON {output: [label, ...]}: classification labels, published by workers."""
-    return f"{PREFIX}:labels"
+    return f"{FLEET}:labels"
 
 
 def control_files(model: str) -> str:
     """HASH relative path -> bytes: the model files the last load of a model sent (Triton's
     ``file:<path>`` load parameters), written into every worker's model directory."""
-    return f"{PREFIX}:control:files:{model}"
+    return f"{FLEET}:control:files:{model}"
 
 
 def log_settings() -> str:
     """STRING: the fleet's log settings JSON (Triton's logging extension); every service follows
     it, told of changes on ``log_settings_channel``."""
-    return f"{PREFIX}:logging"
+    return f"{FLEET}:logging"
 
 
 def log_settings_channel() -> str:
-    return f"{PREFIX}:logging:changed"
+    return f"{FLEET}:logging:changed"
 
 
 def trace_settings() -> str:
     """HASH scope ("" for the fleet, else a model) -> trace settings JSON set through the trace
     extension."""
-    return f"{PREFIX}:trace"
+    return f"{FLEET}:trace"
 
 
 def trace_remaining(scope: str) -> str:
     """STRING: traces left to sample for a scope whose trace_count is limited."""
-    return f"{PREFIX}:trace:remaining:{scope}"
+    return f"{FLEET}:trace:remaining:{scope}"
 
 
 # --- Sequences (stateful models): bindings, step queues, holders' slots ------------------------

@@ -94,11 +94,10 @@ async def read(r: aioredis.Redis) -> LogSettings | None:
 
 
 async def write(r: aioredis.Redis, settings: LogSettings) -> None:
-    """Store the fleet's settings and tell every service."""
-    async with r.pipeline(transaction=True) as pipe:
-        pipe.set(keys.log_settings(), msgspec.json.encode(settings))
-        pipe.publish(keys.log_settings_channel(), b"1")
-        await pipe.execute()
+    """Store the fleet's settings, then tell every service (a PUBLISH names a channel, not a
+    key: on Redis Cluster it cannot join a MULTI, and a listener re-reads the key anyway)."""
+    await r.set(keys.log_settings(), msgspec.json.encode(settings))
+    await r.publish(keys.log_settings_channel(), b"1")
 
 
 def apply(settings: LogSettings) -> None:
@@ -113,7 +112,7 @@ async def follow(redis_url: str) -> None:
     while True:
         client: aioredis.Redis = redis_conn.dedicated(redis_url, name="conch-log-settings")
         try:
-            pubsub = client.pubsub()
+            pubsub = await redis_conn.pubsub(client)
             await pubsub.subscribe(keys.log_settings_channel())
             found = await read(client)
             if found is not None:

@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from importlib import metadata
+from typing import Any
 
 import hiredis
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterPipeline
 from redis.asyncio.connection import (
     AbstractConnection,
     Connection,
@@ -28,9 +30,12 @@ from redis.asyncio.connection import (
 )
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from shared import redis_cluster
 
 # The redis-py release the hook below was checked against; pyproject.toml pins the same.
 REDIS_PY_VERSION = "8.1.0"
@@ -100,6 +105,14 @@ class _HiredisPacking:
         except OSError as exc:
             await self.disconnect(nowait=True)
             raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
+        except RuntimeError as exc:
+            # uvloop's "unable to perform operation on <TCPTransport closed=True>": the server
+            # closed the connection (a failover, a restart) under a write. A connection error,
+            # so the callers' retry and 503 paths take it, not an internal error.
+            await self.disconnect(nowait=True)
+            if "closed" not in str(exc):
+                raise
+            raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
         except BaseException:
             await self.disconnect(nowait=True)
             raise
@@ -154,8 +167,29 @@ def _options(url: str, **kwargs: object) -> dict[str, object]:
     return options
 
 
+def _cluster(url: str, *, max_connections: int, name: str, retries: int) -> aioredis.RedisCluster:
+    """A cluster client (``redis+cluster://``) with the same bounds, hiredis packing included:
+    the nodes it discovers later are built from ``connection_kwargs``, the startup ones exist."""
+    client = redis_cluster.connect(
+        url,
+        socket_timeout=SOCKET_TIMEOUT_S,
+        health_check_interval=HEALTH_CHECK_INTERVAL_S,
+        name=name,
+        max_connections=max_connections,
+        retries=retries,
+    )
+    base = client.connection_kwargs.get("connection_class", Connection)
+    packed = _PACKED[base]  # type: ignore[index]
+    client.connection_kwargs["connection_class"] = packed
+    for node in client.startup_nodes:
+        node.connection_class = packed
+    return client
+
+
 def connect(url: str, *, max_connections: int = 64, name: str = "conch") -> aioredis.Redis:
-    """Binary-safe client with a bounded pool."""
+    """Binary-safe client with a bounded pool (per node, on a cluster)."""
+    if redis_cluster.is_cluster(url):
+        return _cluster(url, max_connections=max_connections, name=name, retries=3)  # type: ignore[return-value]
     pool = aioredis.BlockingConnectionPool(
         **_options(
             url,
@@ -172,7 +206,10 @@ def dedicated(url: str, *, name: str = "conch-blocking") -> aioredis.Redis:
 
     It never sends a command again by itself: a consumer-group read whose answer was lost has
     delivered its entries all the same, and the loop must hear of the failure to recover them
-    (a retry would read past them)."""
+    (a retry would read past them). On a cluster: a client of its own whose commands are not
+    retried either (redirections are followed: a redirected command did not run)."""
+    if redis_cluster.is_cluster(url):
+        return _cluster(url, max_connections=64, name=name, retries=0)  # type: ignore[return-value]
     pool = aioredis.ConnectionPool(
         **_options(url, client_name=name, retry=Retry(ExponentialBackoff(), 0))
     )
@@ -181,9 +218,30 @@ def dedicated(url: str, *, name: str = "conch-blocking") -> aioredis.Redis:
     return client
 
 
+def blocking_pool(url: str, *, name: str, max_connections: int = 64) -> aioredis.Redis:
+    """A pool for concurrent blocking reads (one per hash slot), whose commands are never sent
+    again by the client, for the reason ``dedicated`` gives."""
+    if redis_cluster.is_cluster(url):
+        return _cluster(url, max_connections=max_connections, name=name, retries=0)  # type: ignore[return-value]
+    pool = aioredis.BlockingConnectionPool(
+        **_options(
+            url,
+            client_name=name,
+            max_connections=max_connections,
+            timeout=10,
+            retry=Retry(ExponentialBackoff(), 0),
+        )
+    )
+    client = aioredis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True
+    return client
+
+
 def sync_client(url: str, *, name: str = "conch-sync") -> redis.Redis:
     """A synchronous single-connection client with the same bounds, for a thread of its own
     (heartbeats) that must keep going while the event loop is blocked."""
+    if redis_cluster.is_cluster(url):
+        return redis_cluster.sync_client(url, socket_timeout=SOCKET_TIMEOUT_S, name=name)  # type: ignore[return-value]
     options: dict[str, object] = {}
     if not url.startswith("unix:"):
         options["socket_keepalive"] = True
@@ -196,3 +254,23 @@ def sync_client(url: str, *, name: str = "conch-sync") -> redis.Redis:
         single_connection_client=True,
         **options,  # type: ignore[arg-type]
     )
+
+
+async def pubsub(client: aioredis.Redis) -> aioredis.client.PubSub:
+    """A pub/sub connection. On a cluster, classic pub/sub messages reach every node, so any
+    node will do: one drawn at random (replicas included) spreads the subscribers; the client
+    learns the cluster first, which a fresh client's ``pubsub()`` does not do by itself."""
+    if isinstance(client, aioredis.RedisCluster):
+        await client.initialize()
+        return client.pubsub(node=client.get_random_node())  # type: ignore[return-value]
+    return client.pubsub()
+
+
+async def queue_script(pipe: Any, script: AsyncScript, keys: list[Any], args: list[Any]) -> None:
+    """Queue a registered script on a pipeline. redis-py refuses EVALSHA in a cluster
+    pipeline (it cannot load the script on the right node first), so there the script's
+    source goes as EVAL: routed by its keys like any command, never NOSCRIPT after a failover."""
+    if isinstance(pipe, ClusterPipeline):
+        pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)
+    else:
+        await script(keys=keys, args=args, client=pipe)

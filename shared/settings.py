@@ -19,10 +19,21 @@ class Settings(msgspec.Struct, kw_only=True):
     """Base for every service's settings; ``redis_url`` is read without the service prefix."""
 
     # Fields that every service reads from CONCH_<NAME> rather than CONCH_<SERVICE>_<NAME>.
-    __common__ = ("redis_url", "log_level", "log_format")
+    __common__ = (
+        "redis_url",
+        "redis_wait_replicas",
+        "redis_wait_timeout_ms",
+        "log_level",
+        "log_format",
+    )
     __prefix__ = "CONCH_"
 
+    # redis://, rediss://, unix:// or, for Redis Cluster, redis+cluster://host:port,host:port
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # Write concern of admission and dispatch (``shared.durability``): WAIT for this many
+    # replicas, at most this long, after each. 0: asynchronous replication only.
+    redis_wait_replicas: int = 0
+    redis_wait_timeout_ms: int = 100
     log_level: str = "INFO"
     log_format: str = "json"
 

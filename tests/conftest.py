@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -11,16 +12,54 @@ import pytest
 import redis.asyncio as aioredis
 
 from conch.private_redis import PrivateRedis
+from conch.private_redis_cluster import PrivateRedisCluster
+from shared import redis_conn
 from tests.mesh import flush_database
+from tests.redis_slots import Recorder
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--redis-cluster",
+        action="store_true",
+        help="run against a private 3-master, 3-replica Redis Cluster instead of one Redis "
+        "(the redis_server fixture and every mesh built on it); meant for tests/e2e, whose "
+        "whole suite passes that way",
+    )
+    parser.addoption(
+        "--check-redis-slots",
+        action="store_true",
+        help="record every command sent to the session's Redis (MONITOR) and fail at the end "
+        "if a script, MULTI or multi-key command named keys of different hash slots",
+    )
+
+
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[PrivateRedis]:
+def redis_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PrivateRedis | PrivateRedisCluster]:
+    server: PrivateRedis | PrivateRedisCluster
+    if request.config.getoption("--redis-cluster"):
+        server = PrivateRedisCluster().start()
+        yield server
+        server.stop()
+        return
     server = PrivateRedis().start()
-    yield server
+    if not request.config.getoption("--check-redis-slots"):
+        yield server
+        server.stop()
+        return
+    # Every command the session's tests send to this server is recorded; at the end, any call
+    # whose keys hash to different slots fails the session (tests/redis_slots.py).
+    os.environ["CONCH_SCHEDULER_READ_BY_SLOT"] = "1"
+    path = tmp_path_factory.mktemp("slots") / "monitor.jsonl"
+    with Recorder(server.host, server.port, path) as recorder:
+        yield server
+    found = recorder.violations()
     server.stop()
+    assert not found, "calls whose keys hash to different slots:\n" + "\n".join(found)
 
 
 @pytest.fixture
@@ -32,7 +71,11 @@ def redis_url(redis_server: PrivateRedis) -> str:
 
 @pytest.fixture
 async def aredis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=False)
+    client = (
+        redis_conn.connect(redis_url)
+        if redis_url.startswith("redis+cluster")
+        else aioredis.Redis.from_url(redis_url, decode_responses=False)
+    )
     yield client
     await client.aclose()
 

@@ -18,9 +18,11 @@ import httpx
 import psutil
 import pytest
 import redis
+from redis.cluster import ClusterNode
 
 from conch.local_prometheus import binary as prometheus_binary
 from conch.ports import free_port
+from shared import redis_cluster
 
 needs_prometheus = pytest.mark.skipif(
     prometheus_binary() is None,
@@ -83,9 +85,19 @@ def stop_conch_up(
     return alive
 
 
+def sync_redis(url: str, **options: object) -> redis.Redis:
+    """A synchronous client for a test's own look at Redis: one Redis or a cluster."""
+    if url.startswith("redis+cluster"):
+        nodes, parsed = redis_cluster.parse(url)
+        return redis.RedisCluster(  # type: ignore[return-value]
+            startup_nodes=[ClusterNode(h, p) for h, p in nodes], **parsed, **options
+        )
+    return redis.Redis.from_url(url, **options)  # type: ignore[arg-type]
+
+
 def flush_database(url: str) -> None:
     """Start a test module from an empty Redis (the server is shared by the whole session)."""
-    client = redis.Redis.from_url(url)
+    client = sync_redis(url)
     try:
         client.flushall()
     finally:

@@ -18,7 +18,9 @@ import dataclasses
 import logging
 
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
+from redis.exceptions import ClusterDownError, ResponseError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared import keys, redis_conn, streams
 from workers.backend import ModelInstance
@@ -28,6 +30,9 @@ from workers.loader import LoadedVersion
 from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
+
+# Failures of Redis itself, not of the batch.
+REDIS_UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError)
 
 
 class BatchLoop:
@@ -91,6 +96,18 @@ class BatchLoop:
             await self._process(loaded, instance, entry)
         except asyncio.CancelledError:
             raise
+        except REDIS_UNREACHABLE as exc:
+            # Redis away (a failover, a restart): not the batch's fault, so not a delivery
+            # that counts towards dead-lettering it; tried again once Redis answers.
+            log.warning(
+                "batch held until Redis answers again",
+                extra={"model": loaded.name, "error": repr(exc)},
+            )
+            await asyncio.sleep(0.5)
+            # Counted as a redelivery once (so the retry checks it still owns the batch: it may
+            # have been claimed meanwhile), never more: Redis's outage is not the batch's fault.
+            lane.put(dataclasses.replace(entry, deliveries=max(entry.deliveries, 2)))
+            return
         except Exception:
             log.exception("batch processing failed; trying it again", extra={"model": loaded.name})
             await asyncio.sleep(0.2)

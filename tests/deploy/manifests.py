@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-RENDERS = ["base", "overlays/cpu", "overlays/gpu"]
+RENDERS = ["base", "overlays/cpu", "overlays/gpu", "overlays/redis-cluster"]
 
 
 def _kubectl() -> str:

@@ -52,7 +52,7 @@ def test_conch_services_are_scraped_and_probed_on_their_health_port(
 ) -> None:
     for workload in _workloads(rendered[overlay]):
         name = workload["metadata"]["name"]
-        if name == "redis":
+        if name.startswith("redis"):  # Redis and the Redis Cluster nodes: not Conch services
             continue
         template = workload["spec"]["template"]
         annotations = template["metadata"]["annotations"]
@@ -132,6 +132,7 @@ def test_copies_of_shared_configs_are_identical() -> None:
     for copy_path, original in [
         ("k8s/base/envoy/envoy.yaml", "deploy/envoy/envoy.yaml"),
         ("k8s/base/redis/redis.conf", "deploy/redis/redis.conf"),
+        ("k8s/overlays/redis-cluster/cluster.conf", "deploy/redis/cluster.conf"),
     ]:
         assert (ROOT / copy_path).read_text() == (ROOT / original).read_text(), copy_path
 

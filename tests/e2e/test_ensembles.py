@@ -31,6 +31,7 @@ from tritonclient.utils import InferenceServerException
 
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
+from shared import keys
 from tests.mesh import Mesh, flush_database
 
 pytestmark = pytest.mark.e2e
@@ -299,7 +300,7 @@ def test_an_expired_request_is_answered_and_its_state_deleted(ens_mesh: Ensemble
 def test_bad_ensembles_are_refused_at_load_with_one_line(ens_mesh: EnsembleMesh) -> None:
     client = redis.Redis.from_url(ens_mesh.redis_url)
     try:
-        errors = {k.decode(): v.decode() for k, v in client.hgetall("conch:load_errors").items()}
+        errors = {k.decode(): v.decode() for k, v in client.hgetall(keys.load_errors()).items()}
     finally:
         client.close()
     for name, text in BAD_TEXT.items():

@@ -18,7 +18,6 @@ import httpx
 import msgspec
 import numpy as np
 import pytest
-import redis.asyncio as aioredis
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
@@ -26,7 +25,7 @@ from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from gateway.admin_bodies import TenantBody
 from gateway.admin_store import AdminStore
-from shared import model_registry, readiness
+from shared import model_registry, readiness, redis_conn
 from shared.model_config import parse_pbtxt
 from tests.mesh import Mesh, flush_database
 
@@ -47,7 +46,7 @@ CONFIG = parse_pbtxt(
 
 
 async def _prepare(url: str) -> None:
-    r = aioredis.Redis.from_url(url)
+    r = redis_conn.connect(url)
     try:
         await model_registry.publish_model(r, CONFIG)
         # A worker that is "alive" but never answers: admitted requests wait for their deadline.

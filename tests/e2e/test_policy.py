@@ -18,7 +18,7 @@ import redis
 
 from conch.private_redis import PrivateRedis
 from shared import keys
-from tests.mesh import Mesh, flush_database
+from tests.mesh import Mesh, flush_database, sync_redis
 from tests.policy_mesh import (
     ADMIN_TOKEN,
     Admin,
@@ -60,7 +60,7 @@ def admin(policy_mesh: Mesh) -> Admin:
 
 @pytest.fixture(scope="module")
 def rclient(redis_server: PrivateRedis) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    client = sync_redis(redis_server.url, decode_responses=True)
     yield client
     client.close()
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-import redis
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aiohttpclient
 from onnx import TensorProto, helper, numpy_helper
@@ -20,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from conch.private_redis import PrivateRedis
 from shared import keys
-from tests.mesh import Mesh, flush_database
+from tests.mesh import Mesh, flush_database, sync_redis
 
 pytestmark = pytest.mark.e2e
 
@@ -110,7 +109,7 @@ async def test_worker_killed_mid_batch_loses_no_request(recovery_mesh: Mesh) -> 
     try:
         tasks = [asyncio.create_task(one(i)) for i in range(40)]
         # Let the worker take batches, then kill it without warning.
-        r = redis.Redis.from_url(mesh.redis_url)
+        r = sync_redis(mesh.redis_url)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             pending = r.xpending(keys.batch_stream("slow", 1), keys.WORKER_GROUP)

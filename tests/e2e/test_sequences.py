@@ -33,7 +33,7 @@ from tritonclient.utils import InferenceServerException
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from shared import keys
-from tests.mesh import Mesh, flush_database
+from tests.mesh import Mesh, flush_database, sync_redis
 
 pytestmark = pytest.mark.e2e
 
@@ -234,7 +234,7 @@ def test_interleaved_sequences_over_two_gateways_get_exact_running_sums(
     for seq in IDS:
         assert outputs[seq] == [int(x) for x in np.cumsum(values[seq])], seq
     # Both workers held sequences; every sequence ended and left nothing behind.
-    r = redis.Redis.from_url(seq_mesh.redis_url)
+    r = sync_redis(seq_mesh.redis_url)
     slots = r.hgetall(keys.sequence_slots("sequence_accumulator", 1))
     assert len(slots) == 2
     assert r.zcard(keys.sequence_backlog("sequence_accumulator", 1)) == 0
@@ -441,7 +441,7 @@ def test_sigkill_of_the_worker_holding_live_sequences_loses_no_step(
     seq_mesh: SequenceMesh,
 ) -> None:
     steps, kill_after = 16, 5
-    r = redis.Redis.from_url(seq_mesh.redis_url)
+    r = sync_redis(seq_mesh.redis_url)
     reached = threading.Barrier(len(IDS) + 1)
     result: dict[str, object] = {}
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from shared import envelope, keys
+from shared import envelope, keys, redis_conn
 from shared.envelope import InferRequest, Reply
 from shared.publish import queue_replies
 from workers.sequence.scripts import ADOPT_LUA, COMMIT_LUA, RELEASE_IDLE_LUA
@@ -130,7 +130,7 @@ class SequenceStore:
             args += [field, amount]
         async with self._redis.pipeline(transaction=False) as pipe:
             queue_replies(pipe, replies)
-            await self._commit(keys=commit_keys, args=args, client=pipe)
+            await redis_conn.queue_script(pipe, self._commit, commit_keys, args)
             results = await pipe.execute()
         out = results[-1]
         parsed = [
@@ -147,10 +147,11 @@ class SequenceStore:
         backlog. Returns (released, stale, held, backlog length)."""
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hset(keys.sequence_slots(self.model, self.version), self.instance, slots)
-            await self._release(
-                keys=[self.held_key],
-                args=[self.prefix, now_ms, self.instance, idle_ms, slots],
-                client=pipe,
+            await redis_conn.queue_script(
+                pipe,
+                self._release,
+                [self.held_key],
+                [self.prefix, now_ms, self.instance, idle_ms, slots],
             )
             pipe.zrange(self.held_key, 0, -1)
             pipe.zcard(keys.sequence_backlog(self.model, self.version))
