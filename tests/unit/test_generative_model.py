@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.unit.generative_helpers import VOCAB, seeded_model
 from shared.model_config.parsing import load as load_config
+from tests.unit.generative_helpers import VOCAB, seeded_model
 from workers.generative import checkpoint
 from workers.generative.gpt import KVCache
 from workers.generative.stops import StopMatcher
@@ -54,7 +54,7 @@ def test_a_model_directory_round_trips_and_names_what_is_wrong(tmp_path: Path) -
     (tmp_path / "architecture.json").write_text(json.dumps({**architecture, "architecture": "x"}))
     with pytest.raises(ValueError, match="expected 'tiny-char-gpt'"):
         checkpoint.load(tmp_path)
-    with pytest.raises(FileNotFoundError, match="architecture.json"):
+    with pytest.raises(FileNotFoundError, match=r"architecture\.json"):
         checkpoint.load(tmp_path / "missing")
 
 
@@ -63,7 +63,9 @@ def test_the_example_script_trains_the_same_weights_every_time() -> None:
     text = (ROOT / "examples" / "generative" / "corpus.txt").read_text()
     first, _ = script.train(text, steps=3)
     second, _ = script.train(text, steps=3)
-    for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
+    for (name, a), (_, b) in zip(
+        first.state_dict().items(), second.state_dict().items(), strict=True
+    ):
         assert torch.equal(a, b), name
 
 
@@ -74,7 +76,7 @@ def test_the_example_model_directory_is_a_decoupled_python_model(tmp_path: Path)
     config = load_config(directory)
     assert config.backend == "python"
     assert {i.name for i in config.inputs} >= {"text_input", "max_tokens", "temperature", "stop"}
-    assert [o.name for o in config.outputs][0] == "text_output"
+    assert config.outputs[0].name == "text_output"
     assert "decoupled: true" in (directory / "config.pbtxt").read_text()
     assert (directory / "1" / "model.py").is_file()
     checkpoint.load(directory / "1")
