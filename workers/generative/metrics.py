@@ -1,35 +1,28 @@
 """Generation metrics, recorded by the engine where it sees them (the model process).
 
-The names are Conch's (Triton's vLLM backend records its ``vllm:*`` families the same way, from
-the model, with ``pb_utils.MetricFamily``): :class:`FamilyMetrics` takes a module with Triton's
-custom metrics API (``pb_utils`` in a Python model; ``workers.python.pb_metrics`` in tests), so
-the worker exports them with its own ``/metrics``. ``NullMetrics`` records nothing.
+The names are Conch's (``shared.metrics.generation``; Triton's vLLM backend records its
+``vllm:*`` families the same way, from the model, with ``pb_utils.MetricFamily``):
+:class:`FamilyMetrics` takes a module with Triton's custom metrics API (``pb_utils`` in a Python
+model; ``workers.python.pb_metrics`` in tests), so the worker exports them with its own
+``/metrics``. ``NullMetrics`` records nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-TIME_TO_FIRST_TOKEN = "conch_generation_time_to_first_token_seconds"
-INTER_TOKEN = "conch_generation_inter_token_seconds"
-TOKENS = "conch_generation_tokens_total"
-PROMPT_TOKENS = "conch_generation_prompt_tokens_total"
-ACTIVE = "conch_generation_active_sequences"
-WAITING = "conch_generation_waiting_sequences"
-KV_CACHE_USAGE = "conch_generation_kv_cache_usage_ratio"
-CANCELLED = "conch_generation_cancelled_total"
-NAMES = (
-    TIME_TO_FIRST_TOKEN,
-    INTER_TOKEN,
-    TOKENS,
-    PROMPT_TOKENS,
+from shared.metrics.generation import (
     ACTIVE,
-    WAITING,
-    KV_CACHE_USAGE,
     CANCELLED,
+    INTER_TOKEN,
+    INTER_TOKEN_BUCKETS,
+    KV_CACHE_USAGE,
+    PROMPT_TOKENS,
+    TIME_TO_FIRST_TOKEN,
+    TOKENS,
+    TTFT_BUCKETS,
+    WAITING,
 )
-TTFT_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
-INTER_TOKEN_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0]
 
 
 class NullMetrics:
