@@ -109,13 +109,16 @@ def train(text: str, *, steps: int = STEPS, seed: int = SEED) -> tuple[TinyGPT, 
         torch.set_num_threads(threads)
 
 
-def write(repository: Path, name: str = MODEL_NAME) -> Path:
+def write(repository: Path, name: str = MODEL_NAME, batching: str = "continuous") -> Path:
+    """``batching="static"``: the same model without continuous batching (for comparisons)."""
     started = time.perf_counter()
     model, vocab = train(CORPUS.read_text())
     directory = repository / name
     checkpoint.save(model, vocab, directory / "1")
     (directory / "1" / "model.py").write_text(MODEL_PY)
-    (directory / "config.pbtxt").write_text(CONFIG.replace('"tiny_gpt"', f'"{name}"', 1))
+    config = CONFIG.replace('"tiny_gpt"', f'"{name}"', 1)
+    config = config.replace('string_value: "continuous"', f'string_value: "{batching}"')
+    (directory / "config.pbtxt").write_text(config)
     print(
         f"{name}: {parameter_count(model)} parameters, trained {STEPS} steps in "
         f"{time.perf_counter() - started:.1f} s -> {directory}",
@@ -128,8 +131,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("repository", nargs="?", type=Path, default=DEFAULT_REPOSITORY)
     parser.add_argument("--name", default=MODEL_NAME)
+    parser.add_argument("--batching", choices=["continuous", "static"], default="continuous")
     args = parser.parse_args()
-    write(args.repository, args.name)
+    write(args.repository, args.name, args.batching)
 
 
 if __name__ == "__main__":

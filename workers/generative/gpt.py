@@ -88,16 +88,24 @@ class Block(nn.Module):
         return self._finish(x, F.softmax(scores, dim=-1) @ v), k, v
 
     def step(
-        self, x: torch.Tensor, cache: KVCache, layer: int, slots: torch.Tensor, pos: torch.Tensor
+        self,
+        x: torch.Tensor,
+        cache: KVCache,
+        layer: int,
+        slots: torch.Tensor,
+        pos: torch.Tensor,
+        hidden: torch.Tensor,
     ) -> torch.Tensor:
-        """One new token per slot (``x``: [B, 1, C]) at position ``pos`` of its slot."""
+        """One new token per slot (``x``: [B, 1, C]) at position ``pos`` of its slot; attends
+        over the first ``hidden.shape[1]`` positions, ``hidden`` masking those past ``pos``."""
         q, k, v = self._heads(x)
         cache.k[layer][slots, :, pos] = k[:, :, 0]
         cache.v[layer][slots, :, pos] = v[:, :, 0]
-        keys, values = cache.k[layer][slots], cache.v[layer][slots]  # [B, H, L, D]
-        scores = (q @ keys.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, 1, L]
-        visible = torch.arange(cache.block_size, device=x.device)[None, :] <= pos[:, None]
-        scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
+        span = hidden.shape[1]
+        keys = cache.k[layer][slots, :, :span]  # [B, H, span, D]
+        values = cache.v[layer][slots, :, :span]
+        scores = (q @ keys.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, 1, span]
+        scores = scores.masked_fill(hidden[:, None, None, :], float("-inf"))
         return self._finish(x, F.softmax(scores, dim=-1) @ values)
 
 
@@ -142,8 +150,10 @@ class TinyGPT(nn.Module):
     ) -> torch.Tensor:
         """One token for each running sequence: ids, slots and positions [B]; logits [B, V]."""
         x = (self.tok(tokens) + self.pos(positions))[:, None, :]
+        span = int(positions.max()) + 1  # no sequence sees past the longest one
+        hidden = torch.arange(span, device=x.device)[None, :] > positions[:, None]
         for layer, block in enumerate(self.blocks):
-            x = block.step(x, cache, layer, slots, positions)
+            x = block.step(x, cache, layer, slots, positions, hidden)
         return self.head(self.ln_f(x))[:, 0]
 
 
