@@ -1,6 +1,6 @@
 """Generative throughput: continuous batching against the same engine without it.
 
-    conch bench generative [--requests 32] [--tokens 64] [--threads 1]
+    conch bench generative [--requests 32] [--tokens 64] [--threads 1] [--arrival-ms 0]
     conch bench generative --url http://127.0.0.1:8000     (through the mesh, streamed)
 
 In process (the default): the example tiny GPT (``examples/make_generative_models.py``, trained
@@ -85,8 +85,10 @@ def ensure_model(model_dir: Path) -> Path:
 
 
 def run_in_process(
-    version: Path, mode: str, requests: int, tokens: int, batch: int
+    version: Path, mode: str, requests: int, tokens: int, batch: int, arrival_ms: float = 0.0
 ) -> dict[str, Any]:
+    """All requests submitted before the engine starts (they arrive together), or one every
+    ``arrival_ms`` while it runs."""
     from workers.generative import checkpoint
     from workers.generative.engine import Engine
     from workers.generative.events import Generation
@@ -104,8 +106,13 @@ def run_in_process(
     while engine.has_work():
         engine.step()
     timelines = []
-    started = time.perf_counter()  # the engine starts after the last submission
+    loop = EngineLoop(engine)
+    if arrival_ms:
+        loop.start()
+    started = time.perf_counter()
     for i in range(requests):
+        if arrival_ms and i:
+            time.sleep(arrival_ms / 1e3)
         timeline = Timeline(time.perf_counter())
 
         def emit(event: Any, timeline: Timeline = timeline) -> None:
@@ -118,7 +125,8 @@ def run_in_process(
         prompt = PROMPTS[i % len(PROMPTS)]
         engine.submit(Generation(f"r{i}", prompt, params, emit, submitted=timeline.submitted))
         timelines.append(timeline)
-    loop = EngineLoop(engine).start()  # all requests are in: they arrived together
+    if not arrival_ms:
+        loop.start()  # all requests are in: they arrived together
     for timeline in timelines:
         timeline.done.wait(600)
     loop.stop()
@@ -176,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (in process)")
+    parser.add_argument(
+        "--arrival-ms", type=float, default=0.0, help="in process: one request every N ms"
+    )
     parser.add_argument("--model-dir", type=Path, default=Path("/tmp/conch-bench/generative"))
     parser.add_argument("--out", type=Path, help="append one JSON line per row")
     args = parser.parse_args(argv)
@@ -190,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         version = ensure_model(args.model_dir)
         modes = [("continuous", 1), ("static-1", 1), (f"static-{args.requests}", args.requests)]
         for mode, batch in modes:
-            rows.append(run_in_process(version, mode, args.requests, args.tokens, batch))
+            rows.append(
+                run_in_process(version, mode, args.requests, args.tokens, batch, args.arrival_ms)
+            )
     base = rows[0]["tokens_per_s"]
     for row in rows:
         row["speedup_of_continuous"] = round(base / row["tokens_per_s"], 2)
