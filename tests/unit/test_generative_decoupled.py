@@ -143,6 +143,32 @@ def test_without_streaming_one_response_holds_prompt_and_text(served) -> None:
     assert sender.output("num_output_tokens") == 8
 
 
+def test_streamed_token_counts_add_up_when_a_stop_string_holds_text_back(served) -> None:
+    instance, model = served
+    reference = VOCAB.decode(greedy_direct(model, "The harbour", 40))
+    stop = reference[20:23]
+    parameters = {
+        "stream": True,
+        "max_tokens": 40,
+        "temperature": 0,
+        "stop": stop,
+        "return_num_output_tokens": True,
+        "return_finish_reason": True,
+    }
+    request = _request("The harbour", parameters)
+    instance.execute([request])
+    sender = request.get_response_sender()
+    assert sender.done.wait(30)
+    counts = [
+        int(pb_utils.get_output_tensor_by_name(r, "num_output_tokens").as_numpy()[0])
+        for r, _ in sender.sent
+    ]
+    end = reference.find(stop)
+    assert "".join(sender.texts()) == reference[:end]
+    assert sum(counts) == end + len(stop)  # every generated token, the stop string's included
+    assert sender.output("finish_reason") == b"stop"
+
+
 def test_sampling_parameters_json_and_inputs_override_request_parameters(served) -> None:
     instance, model = served
     request = _request(

@@ -126,8 +126,11 @@ class GenerativeModel:
     def _emitter(self, request_id: str, sender: Any, options: GenerateOptions) -> Any:
         pb = self.pb_utils
         text: list[str] = [] if options.exclude_input_in_output else [options.prompt]
+        unsent = [0]  # tokens generated since the last response (held back by a stop string)
 
         def emit(event: GenerationEvent) -> None:
+            if event.token_id is not None:
+                unsent[0] += 1
             if event.finished:
                 with self._senders_lock:
                     self._senders.pop(request_id, None)
@@ -147,16 +150,22 @@ class GenerativeModel:
                 return
             if options.stream:
                 if event.text or event.finished:
-                    response = self._response(event, event.text, options)
+                    response = self._response(event, event.text, options, unsent[0])
+                    unsent[0] = 0
                     sender.send(response, flags=self._final if event.finished else 0)
                 return
             text.append(event.text)
             if event.finished:
-                sender.send(self._response(event, "".join(text), options), flags=self._final)
+                response = self._response(event, "".join(text), options, event.completion_tokens)
+                sender.send(response, flags=self._final)
 
         return emit
 
-    def _response(self, event: GenerationEvent, text: str, options: GenerateOptions) -> Any:
+    def _response(
+        self, event: GenerationEvent, text: str, options: GenerateOptions, tokens: int
+    ) -> Any:
+        """``tokens``: generated tokens this response accounts for (all of them without
+        ``stream``; with it, those since the previous response, so that they add up)."""
         pb = self.pb_utils
         outputs = [pb.Tensor("text_output", np.array([text.encode()], dtype=np.object_))]
         if event.finished and options.return_finish_reason:
@@ -165,11 +174,8 @@ class GenerativeModel:
         if event.finished and options.return_num_input_tokens:
             count = np.array([event.prompt_tokens], dtype=np.uint32)
             outputs.append(pb.Tensor("num_input_tokens", count))
-        if options.return_num_output_tokens:  # per response, as vLLM's backend counts them
-            count = np.array([1 if event.token_id is not None else 0], dtype=np.uint32)
-            if not options.stream:
-                count = np.array([event.completion_tokens], dtype=np.uint32)
-            outputs.append(pb.Tensor("num_output_tokens", count))
+        if options.return_num_output_tokens:
+            outputs.append(pb.Tensor("num_output_tokens", np.array([tokens], dtype=np.uint32)))
         return pb.InferenceResponse(output_tensors=outputs)
 
     def _watch(self) -> None:
