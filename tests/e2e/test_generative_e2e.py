@@ -54,10 +54,11 @@ def generative_mesh(
     )
     flush_database(redis_server.url)
     mesh = Mesh(redis_server.url, repo, log_dir=tmp_path_factory.mktemp("logs"))
-    grpc_port = free_port()
+    grpc_port, worker_port = free_port(), free_port()
+    mesh.worker_metrics = f"http://127.0.0.1:{worker_port}/metrics"  # type: ignore[attr-defined]
     try:
         mesh.start_scheduler()
-        mesh.start_worker(backend="python")
+        mesh.start_worker(backend="python", CONCH_WORKER_HEALTH_PORT=str(worker_port))
         mesh.start_gateway(CONCH_GATEWAY_GRPC_PORT=str(grpc_port))
         mesh.wait_ready([MODEL], timeout_s=120)
         yield mesh, grpc_port, repo
@@ -175,3 +176,40 @@ def test_the_openai_client_chats_and_gets_errors_in_openai_shape(generative_mesh
     assert refused.value.body["param"] == "n"
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="no_such_model", prompt="x")
+
+
+def _cancelled(mesh: Mesh) -> float:
+    text = httpx.get(mesh.worker_metrics, timeout=5).text  # type: ignore[attr-defined]
+    for line in text.splitlines():
+        if line.startswith("conch_generation_cancelled_total{") and f'model="{MODEL}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_client_that_disconnects_mid_stream_stops_the_generation(generative_mesh) -> None:
+    import time
+
+    mesh, _, _ = generative_mesh
+    before = _cancelled(mesh)
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+        "max_tokens": 200,
+        "stream": True,
+    }
+    with httpx.stream("POST", f"http://{mesh.url}/v1/chat/completions", json=body) as response:
+        lines = response.iter_lines()
+        received = [next(lines) for _ in range(6)]  # a few chunks, then hang up
+    assert any(line.startswith("data: ") for line in received)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        # Another request makes the model process send its custom metrics to the worker.
+        httpx.post(
+            f"http://{mesh.url}/v1/completions",
+            json={"model": MODEL, "prompt": "x", "max_tokens": 1},
+            timeout=30,
+        )
+        if _cancelled(mesh) > before:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no cancelled generation counted\n{mesh.logs()}")
