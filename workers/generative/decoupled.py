@@ -60,6 +60,19 @@ def engine_settings(config: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
+def instance_device(args: dict[str, Any]) -> str:
+    """``cuda:<id>`` for a ``KIND_GPU`` instance (Triton's ``model_instance_kind``), else CPU."""
+    if args.get("model_instance_kind") != "GPU":
+        return "cpu"
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "a KIND_GPU instance of a generative model needs CUDA, and torch sees none"
+        )
+    return f"cuda:{int(args.get('model_instance_device_id') or 0)}"
+
+
 class GenerativeModel:
     pb_utils: Any = None  # triton_python_backend_utils, set by the generated model.py
 
@@ -72,7 +85,7 @@ class GenerativeModel:
                 "model_transaction_policy { decoupled: true }"
             )
         directory = Path(args["model_repository"]) / str(args["model_version"])
-        model, vocab = checkpoint.load(directory)
+        model, vocab = checkpoint.load(directory, instance_device(args))
         labels = {"model": args["model_name"], "version": str(args["model_version"])}
         self.engine = Engine(
             model, vocab, metrics=FamilyMetrics(pb, labels), **engine_settings(config)

@@ -167,7 +167,7 @@ class Engine:
             torch.tensor([s.slot for s in running], dtype=torch.long, device=device),
             torch.tensor([s.position for s in running], dtype=torch.long, device=device),
             self.cache,
-        )
+        ).cpu()  # one transfer per step; sampling runs on the CPU (per-request generators)
         for i, seq in enumerate(running):
             seq.position += 1
             self._token(seq, logits[i])
@@ -197,7 +197,7 @@ class Engine:
                 StopMatcher(params.stop),
                 position=len(prompt),
             )
-            logits = self.model.prefill(prompt, self.cache, seq.slot)
+            logits = self.model.prefill(prompt, self.cache, seq.slot).cpu()
             self._running.append(seq)
             self._token(seq, logits)
             budget -= len(prompt)
