@@ -48,7 +48,8 @@ def _json_response(body: Any, status: int = 200, headers: dict | None = None) ->
 
 def _error(exc: Exception) -> Response:
     if isinstance(exc, OpenAIError):
-        return _json_response(from_openai(exc)[1], from_openai(exc)[0])
+        status, body = from_openai(exc)
+        return _json_response(body, status)
     assert isinstance(exc, ConchError)
     status, body = from_conch(exc)
     headers = {"Retry-After": str(max(1, round(exc.retry_after_s)))} if exc.retry_after_s else None
