@@ -22,6 +22,7 @@ install: $(PY)
 models: install
 	$(PY) examples/make_models.py $(REPO)
 	$(PY) examples/make_backend_models.py $(REPO)
+	$(PY) examples/make_generative_models.py $(REPO)
 
 # One command: install, generate the example repository, start the whole mesh.
 up: models

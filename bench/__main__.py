@@ -36,6 +36,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "generative":  # conch bench generative: streaming generation
+        from bench import generative
+
+        return generative.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="conch bench",
         description=__doc__,

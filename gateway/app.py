@@ -18,6 +18,7 @@ from gateway import grpc_service, rest_infer, stats
 from gateway.admin_routes import admin_router
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.fastpath import FastInferApp
+from gateway.openai.routes import openai_router
 from gateway.openapi import openapi_config
 from gateway.process_status import GatewayProcess
 from gateway.repository_routes import repository_router
@@ -167,6 +168,7 @@ def create_app(settings: GatewaySettings, process: GatewayProcess | None = None)
             repository_router(),
             shared_memory_router(),
             settings_router(),
+            openai_router(),
         ],
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -102,5 +102,64 @@ WORKERS = Dashboard(
             ],
             "s",
         ),
+        "Generation (generative models)",
+        Panel(
+            "Time to first token",
+            quantiles("conch_generation_time_to_first_token_seconds", "model"),
+            "s",
+            description="From the request reaching the model to its first token (prefill).",
+        ),
+        Panel(
+            "Inter-token latency",
+            quantiles("conch_generation_inter_token_seconds", "model"),
+            "s",
+            description="Between two tokens of one generation (one engine step).",
+        ),
+        Panel(
+            "Tokens generated/s",
+            [
+                (
+                    "sum by (model) "
+                    f"(rate(conch_generation_tokens_total{{{M}}}[$__rate_interval]))",
+                    "{{model}}",
+                )
+            ],
+            "short",
+        ),
+        Panel(
+            "Active and waiting sequences",
+            [
+                (
+                    f"sum by (model) (conch_generation_active_sequences{{{M}}})",
+                    "{{model}} running",
+                ),
+                (
+                    f"sum by (model) (conch_generation_waiting_sequences{{{M}}})",
+                    "{{model}} waiting",
+                ),
+            ],
+        ),
+        Panel(
+            "KV-cache occupancy",
+            [
+                (
+                    "max by (model, version, instance) "
+                    f"(conch_generation_kv_cache_usage_ratio{{{M}}})",
+                    "{{model}} v{{version}} {{instance}}",
+                )
+            ],
+            "percentunit",
+        ),
+        Panel(
+            "Cancelled generations/s",
+            [
+                (
+                    "sum by (model) "
+                    f"(rate(conch_generation_cancelled_total{{{M}}}[$__rate_interval]))",
+                    "{{model}}",
+                )
+            ],
+            "short",
+        ),
     ],
 )

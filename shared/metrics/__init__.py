@@ -71,6 +71,7 @@ from shared.metrics.families import (
     SUCCESS,
     WORKER_INSTANCES,
 )
+from shared.metrics.generation import GENERATION_FAMILIES
 from shared.metrics.recording import (
     child,
     forget,
@@ -108,6 +109,7 @@ __all__ = [
     "FAILURE",
     "FAILURE_REASONS",
     "GATEWAY_REQUESTS",
+    "GENERATION_FAMILIES",
     "HEARTBEATS",
     "INFERENCE_COUNT",
     "LATENCY_BUCKETS",

@@ -90,6 +90,10 @@ def _exported_names() -> set[str]:
         if name and kind:
             names |= {name, f"{name}_total", f"{name}_bucket", f"{name}_count", f"{name}_sum"}
     names |= set(gpu_metrics._GAUGES) | {gpu_metrics.ENERGY, "up"}
+    for name, kind in metrics.GENERATION_FAMILIES:  # pb_utils custom metrics of the model
+        names |= (
+            {f"{name}_bucket", f"{name}_count", f"{name}_sum"} if kind == "histogram" else {name}
+        )
     for path in (ROOT / "deploy" / "prometheus" / "rules").glob("*.yml"):
         for group in yaml.safe_load(path.read_text())["groups"]:
             names |= {r["record"] for r in group["rules"] if "record" in r}

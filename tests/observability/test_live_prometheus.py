@@ -213,6 +213,10 @@ def _gpu_query(expr: str) -> bool:
     return "nv_gpu_" in expr or "nv_energy" in expr
 
 
+def _generation_query(expr: str) -> bool:
+    return "conch_generation_" in expr
+
+
 def test_every_dashboard_query_returns_data(live: Live) -> None:
     from workers.gpu_metrics import load_nvml
 
@@ -222,6 +226,10 @@ def test_every_dashboard_query_returns_data(live: Live) -> None:
     for dashboard, title, expr in _panel_queries():
         if _gpu_query(expr) and not has_gpu:
             continue  # nv_gpu_* exist only where NVML finds a GPU (tests/unit: GPU metrics)
+        if _generation_query(expr):
+            # This mesh serves no generative model (it needs the streaming path of issue 14);
+            # the generation row is proven live in test_generation_metrics_live.py.
+            continue
         checked += 1
         if not live.query(_instantiate(expr)):
             empty.append(f"{dashboard} / {title}: {expr}")
