@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -24,6 +25,7 @@ from gateway.admission_retry import admit_within
 from gateway.admission_script import ENQUEUE_LUA, NO_WORKER, QUEUE_FULL, admission_call
 from gateway.auth import Tenant
 from gateway.caller import ANONYMOUS_CALLER, Caller
+from gateway.cancellation import cancel_request
 from gateway.enqueue import CoalescedScript
 from gateway.http_codec import ParsedRequest
 from gateway.in_flight import InFlightLimit
@@ -55,6 +57,27 @@ class InferOutcome:
     reply: Reply
     request: ValidRequest
     version: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Begun:
+    """A request admitted, routed and validated, ready to enqueue."""
+
+    model: str
+    number: int
+    valid: ValidRequest
+    request_id: str
+    deadline_ms: int
+    timeout_s: float
+    arm: str
+    started: float
+    span: Any
+    cached: Any
+    admit: Callable[[], Awaitable[int]]
+    max_queue_size: int
+    priority: int
+    tenant: Tenant | None
+    backend: str
 
 
 class DataPlane:
@@ -115,9 +138,113 @@ class DataPlane:
         parsed: ParsedRequest,
         caller: Caller = ANONYMOUS_CALLER,
         received: float | None = None,
+        endpoint: str = "HTTP end point",
     ) -> InferOutcome:
         """``received`` (perf_counter) is when the request arrived, so that the request
-        duration a gateway reports includes reading and parsing the body."""
+        duration a gateway reports includes reading and parsing the body. ``endpoint`` names
+        the protocol in Triton's refusal of a decoupled model."""
+        begun = await self._begin(model, version, parsed, caller, received, endpoint)
+        if isinstance(begun, InferOutcome):
+            return begun
+        number, code = begun.number, ErrorCode.CANCELLED.value
+        future = self.replies.expect(begun.request_id)
+        try:
+            # The deadline bounds the whole exchange with Redis: the enqueue as well as the wait.
+            try:
+                async with asyncio.timeout(begun.timeout_s):
+                    await self._admit(begun)
+                    reply = await future
+            except TimeoutError:
+                raise self._deadline_error(model, number) from None
+            code = reply.error_code or "OK"
+        except ConchError as exc:
+            code = exc.code.value
+            raise
+        except asyncio.CancelledError:  # the client went away: the request is abandoned
+            self._cancel(begun)
+            raise
+        except Exception:
+            code = ErrorCode.INTERNAL.value
+            raise
+        finally:
+            self.replies.forget(begun.request_id)
+            begun.span.end(None if code == "OK" else code)
+            metrics.record_request(
+                model, number, begun.arm, code, time.perf_counter() - begun.started
+            )
+        if reply.error_code:
+            raise ConchError(ErrorCode(reply.error_code), reply.error)
+        if begun.cached and self.cache:
+            self.cache.store(begun.cached, reply.outputs)
+        return InferOutcome(reply, begun.valid, number)
+
+    async def infer_stream(
+        self,
+        model: str,
+        version: str | None,
+        parsed: ParsedRequest,
+        caller: Caller = ANONYMOUS_CALLER,
+        received: float | None = None,
+    ) -> AsyncIterator[InferOutcome]:
+        """Admission, routing and validation as :meth:`infer`, then one outcome per frame (the
+        last one's ``reply.final`` is true); decoupled models are welcome here. Refusals raise
+        before the first frame, a mid-stream error after the frames already yielded. Closing
+        the iterator before the final frame (the client left) cancels the request."""
+        begun = await self._begin(model, version, parsed, caller, received, None)
+        if isinstance(begun, InferOutcome):
+            yield begun
+            return
+        number, code, ended = begun.number, ErrorCode.CANCELLED.value, False
+        stream = self.replies.expect_stream(begun.request_id)
+        until = asyncio.get_running_loop().time() + begun.timeout_s
+        try:
+            try:
+                async with asyncio.timeout_at(until):
+                    await self._admit(begun)
+            except TimeoutError:
+                raise self._deadline_error(model, number) from None
+            while True:
+                try:
+                    async with asyncio.timeout_at(until):
+                        reply = await stream.next()
+                except TimeoutError:
+                    raise self._deadline_error(model, number) from None
+                if reply.error_code:
+                    ended = True
+                    raise ConchError(ErrorCode(reply.error_code), reply.error)
+                if reply.final:
+                    ended, code = True, "OK"
+                yield InferOutcome(reply, begun.valid, number)
+                if ended:
+                    return
+        except ConchError as exc:
+            code = exc.code.value
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except Exception:
+            code = ErrorCode.INTERNAL.value
+            raise
+        finally:
+            self.replies.forget_stream(begun.request_id)
+            if not ended:  # the consumer left, the deadline passed: stop the work
+                self._cancel(begun)
+            begun.span.end(None if code == "OK" else code)
+            metrics.record_request(
+                model, number, begun.arm, code, time.perf_counter() - begun.started
+            )
+
+    async def _begin(
+        self,
+        model: str,
+        version: str | None,
+        parsed: ParsedRequest,
+        caller: Caller,
+        received: float | None,
+        endpoint: str | None,
+    ) -> _Begun | InferOutcome:
+        """Everything before the enqueue: admit, route, validate, the cache; an outcome for a
+        cache hit. ``endpoint`` None: the caller streams, decoupled models are served."""
         config = self.table.configs.get(model) or await self.table.config_after_miss(model)
         try:  # auth (401/403), rate limit (429), then version choice by weights
             tenant = await self.admission.admit(model, caller)
@@ -128,6 +255,11 @@ class DataPlane:
                 _REASONS.get(exc.code, exc.code.lower()),
             )
             raise
+        if endpoint is not None and config.decoupled:  # Triton's refusal, word for word
+            raise ConchError(
+                ErrorCode.UNSUPPORTED,
+                f"{endpoint} doesn't support models with decoupled transaction policy",
+            )
         sequence, spec = sequence_request(config, parsed.parameters)
         number = self.versions.route(model, version, caller.route_key or sequence.route_key)
         valid = validate(config, parsed)
@@ -138,10 +270,12 @@ class DataPlane:
             self._send_shadow(model, shadow, number, parsed, tenant)
         request_id = new_id()
         request_id_var.set(parsed.id or request_id)
-        started, code = received or time.perf_counter(), ErrorCode.CANCELLED.value
+        started = received or time.perf_counter()
         arm = "shadow" if caller.trusted else "pinned" if version else "routed"
-        cached = self.cache and await self.cache.find(
-            config, self.table.configs, number, valid, parsed
+        cached = (
+            self.cache
+            and not config.decoupled
+            and await self.cache.find(config, self.table.configs, number, valid, parsed)
         )
         if cached and cached.outputs is not None:  # a hit: answered without queueing
             metrics.record_request(model, number, arm, "OK", time.perf_counter() - started)
@@ -173,7 +307,6 @@ class DataPlane:
             client_id=parsed.id,
             trace=span.carrier,
         )
-        future = self.replies.expect(request_id)
         if spec is not None:  # a sequence: its own queue, in arrival order (no scheduler)
 
             def admit() -> Awaitable[int]:
@@ -195,44 +328,50 @@ class DataPlane:
             def admit() -> Awaitable[int]:
                 return self._enqueue(keys=call.keys, args=call.args)
 
-        try:
-            # The deadline bounds the whole exchange with Redis: the enqueue as well as the wait.
-            timeout_s = (deadline - now) / 1000 + _GRACE_S
-            try:
-                async with asyncio.timeout(timeout_s):
-                    admitted = await admit_within(admit, deadline, model)
-                    self._refuse(
-                        admitted,
-                        model,
-                        number,
-                        ticket.max_queue_size,
-                        ticket.priority,
-                        tenant,
-                        config.backend,
-                    )
-                    reply = await future
-            except TimeoutError:
-                raise ConchError(
-                    ErrorCode.DEADLINE_EXCEEDED,
-                    f"Request timeout expired: model '{model}' version {number} did not answer "
-                    f"within {self._default_timeout_ms} ms",
-                ) from None
-            code = reply.error_code or "OK"
-        except ConchError as exc:
-            code = exc.code.value
-            raise
-        except Exception:
-            code = ErrorCode.INTERNAL.value
-            raise
-        finally:
-            self.replies.forget(request_id)
-            span.end(None if code == "OK" else code)
-            metrics.record_request(model, number, arm, code, time.perf_counter() - started)
-        if reply.error_code:
-            raise ConchError(ErrorCode(reply.error_code), reply.error)
-        if cached and self.cache:
-            self.cache.store(cached, reply.outputs)
-        return InferOutcome(reply, valid, number)
+        return _Begun(
+            model=model,
+            number=number,
+            valid=valid,
+            request_id=request_id,
+            deadline_ms=deadline,
+            timeout_s=(deadline - now) / 1000 + _GRACE_S,
+            arm=arm,
+            started=started,
+            span=span,
+            cached=cached or None,
+            admit=admit,
+            max_queue_size=ticket.max_queue_size,
+            priority=ticket.priority,
+            tenant=tenant,
+            backend=config.backend,
+        )
+
+    async def _admit(self, begun: _Begun) -> None:
+        admitted = await admit_within(begun.admit, begun.deadline_ms, begun.model)
+        self._refuse(
+            admitted,
+            begun.model,
+            begun.number,
+            begun.max_queue_size,
+            begun.priority,
+            begun.tenant,
+            begun.backend,
+        )
+
+    def _deadline_error(self, model: str, number: int) -> ConchError:
+        return ConchError(
+            ErrorCode.DEADLINE_EXCEEDED,
+            f"Request timeout expired: model '{model}' version {number} did not answer "
+            f"within {self._default_timeout_ms} ms",
+        )
+
+    def _cancel(self, begun: _Begun) -> None:
+        """Mark the request cancelled in Redis, in the background (the caller is going away)."""
+        task = asyncio.create_task(
+            cancel_request(self._redis, begun.model, begun.request_id, begun.deadline_ms)
+        )
+        self._shadow_tasks.add(task)
+        task.add_done_callback(self._shadow_tasks.discard)
 
     @staticmethod
     def _refuse(

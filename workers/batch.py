@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -32,8 +33,10 @@ from shared.model_config import ModelConfig
 from shared.publish import queue_replies
 from workers import poison
 from workers.backend import ModelInstance, ModelRequest
+from workers.cancel_check import drop_cancelled
 from workers.loader import LoadedVersion
 from workers.settings import WorkerSettings
+from workers.stream_batch import StreamBatch
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,9 @@ class BatchProcessor:
 
     async def process(
         self, loaded: LoadedVersion, instance: ModelInstance, entry: streams.Entry
-    ) -> None:
+    ) -> asyncio.Task[None] | None:
+        """Process one batch; for a decoupled model, returns once ``execute`` returned, with
+        the task that finishes its streams and acks it (``workers.stream_batch``)."""
         name, version = loaded.name, loaded.version
         if entry.deliveries > self._settings.max_deliveries:
             await poison.dead_letter(
@@ -96,11 +101,14 @@ class BatchProcessor:
                 self._redis, name, version, entry, self._id, "batch could not be decoded"
             )
             return
+        if entry.deliveries > 1:
+            metrics.child(metrics.REDELIVERED, "worker", name, version).inc()
+        if loaded.model.config.decoupled:
+            streaming = StreamBatch(self._redis, self._id, loaded, instance, entry)
+            return await streaming.start(requests, self._submit)
         now_ms = time.time() * 1000
         replies: list[tuple[str, Reply]] = []
         runnable: list[tuple[int, InferRequest]] = []
-        if entry.deliveries > 1:
-            metrics.child(metrics.REDELIVERED, "worker", name, version).inc()
         for index, request in enumerate(requests):
             if now_ms >= request.deadline_ms:
                 replies.append(
@@ -116,7 +124,8 @@ class BatchProcessor:
             else:
                 runnable.append((index, request))
         stats: dict[str, int] = {}
-        unrun = len(requests) - len(runnable)
+        runnable = await drop_cancelled(self._redis, name, now_ms, runnable, replies, stats)
+        unrun = len(requests) - len(runnable) - stats.get("cancel_count", 0)
         if runnable:
             replies.extend(await self._execute(loaded, instance, batch.queue_ns, runnable, stats))
         if unrun:  # expired: failures, as Triton counts them (and the stats hash)
@@ -148,8 +157,24 @@ class BatchProcessor:
             metrics.record_batch(name, version, stats)
         if unrun:
             metrics.record_failures(name, version, metrics.REJECTED, unrun)
+        if stats.get("cancel_count"):
+            metrics.record_failures(name, version, metrics.CANCELED, stats["cancel_count"])
         if tracing.ENABLED:
             _trace_requests("conch.worker.reply", enumerate(requests), published_ns, self._id)
+        return None
+
+    async def _submit(self, instance: ModelInstance, run: Any, *args: Any) -> Any:
+        """Run ``run(*args)`` on the pool, tracked as this instance's execution."""
+        assert self.executor is not None, "the service sizes the executor before serving"
+        running = self.executor.submit(run, *args)
+        self._running[id(instance)] = running
+
+        def finished(done: concurrent.futures.Future[object]) -> None:  # on the pool's thread
+            if self._running.get(id(instance)) is done:
+                del self._running[id(instance)]
+
+        running.add_done_callback(finished)
+        return await asyncio.wrap_future(running)
 
     async def _execute(
         self,

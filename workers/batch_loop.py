@@ -88,7 +88,7 @@ class BatchLoop:
         pending in Redis; it is tried again here, counted as a delivery, so one that keeps
         failing is answered with errors and dead-lettered after max_deliveries."""
         try:
-            await self._process(loaded, instance, entry)
+            streaming = await self._process(loaded, instance, entry)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -96,7 +96,12 @@ class BatchLoop:
             await asyncio.sleep(0.2)
             lane.put(dataclasses.replace(entry, deliveries=entry.deliveries + 1))
             return
-        lane.held.discard(entry.entry_id)
+        if streaming is None:
+            lane.held.discard(entry.entry_id)
+        else:  # a decoupled batch stays in hand until its streams ended and it is acked
+            lane.streaming.add(streaming)
+            streaming.add_done_callback(lambda _: lane.held.discard(entry.entry_id))
+            streaming.add_done_callback(lane.streaming.discard)
 
     async def _recover_own(self, stream: str, lane: Lane) -> bool:
         """Batches pending under this worker that no loop has in hand go to the lane; those
