@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from litestar import Litestar, Request, Response, get, post
 
-from gateway import grpc_service, rest_infer, stats
+from gateway import grpc_service, rest_infer, sse, stats
 from gateway.admin_routes import admin_router
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.fastpath import FastInferApp
@@ -26,6 +26,7 @@ from gateway.settings import GatewaySettings, graceful_shutdown_s
 from gateway.settings_routes import settings_router
 from gateway.shared_memory_routes import shared_memory_router
 from gateway.state import GatewayState
+from gateway.stream_routes import generate, generate_stream, infer_events
 from shared import logs, metrics, tracing
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,8 @@ async def model_statistics(
     status_code=200,
 )
 async def infer(request: Request, model: str, version: str | None = None) -> Response:
+    if sse.accepts_events(request.headers.get("accept")):
+        return await infer_events(request, model, version)
     state = _state(request)
     dataplane, limit = state.dataplane, state.settings.max_request_bytes
     caller = rest_infer.before_body(dataplane, model, request.headers, limit)
@@ -163,6 +166,8 @@ def create_app(settings: GatewaySettings, process: GatewayProcess | None = None)
             model_config,
             model_statistics,
             infer,
+            generate,
+            generate_stream,
             admin_router(),
             repository_router(),
             shared_memory_router(),

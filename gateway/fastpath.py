@@ -31,11 +31,17 @@ InferRoute = tuple[str, str | None]
 
 
 def infer_route(scope: dict[str, Any]) -> InferRoute | None:
-    """(model, version) when the request is an inference, else None."""
+    """(model, version) when the request is an inference, else None. One that accepts an
+    event stream (streaming ``/infer``) is left to the Litestar route."""
     if scope["type"] != "http" or scope["method"] != "POST":
         return None
     match = _INFER.match(scope["path"])
-    return None if match is None else (match.group(1), match.group(2))
+    if match is None:
+        return None
+    for name, value in scope["headers"]:
+        if name == b"accept" and b"text/event-stream" in value:
+            return None
+    return match.group(1), match.group(2)
 
 
 class FastInferApp:
