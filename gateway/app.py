@@ -16,6 +16,7 @@ from litestar import Litestar, Request, Response, get, post
 
 from gateway import grpc_service, rest_infer, sse, stats
 from gateway.admin_routes import admin_router
+from gateway.disconnect import CancelOnDisconnect
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.fastpath import FastInferApp
 from gateway.openapi import openapi_config
@@ -118,13 +119,17 @@ async def infer(request: Request, model: str, version: str | None = None) -> Res
     state = _state(request)
     dataplane, limit = state.dataplane, state.settings.max_request_bytes
     caller = rest_infer.before_body(dataplane, model, request.headers, limit)
+    response = None
     try:  # Litestar reads no more than request_max_body_size (413 beyond it)
         body = await request.body()
-        response = await rest_infer.infer(
-            dataplane, model, version, request.headers, body, None, caller, limit
-        )
+        async with CancelOnDisconnect(request.receive):  # the client leaving cancels it
+            response = await rest_infer.infer(
+                dataplane, model, version, request.headers, body, None, caller, limit
+            )
     finally:
         dataplane.in_flight.leave()
+    if response is None:  # the client disconnected: nobody reads an answer
+        return Response(content=b"", status_code=499)
     return Response(
         content=response.body,
         status_code=response.status,

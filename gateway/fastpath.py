@@ -19,6 +19,7 @@ from typing import Any
 from litestar import Litestar
 
 from gateway import rest_infer
+from gateway.disconnect import CancelOnDisconnect
 from gateway.errors import error_parts, internal_error
 from gateway.request_limits import read_body
 from shared.errors import ConchError
@@ -95,9 +96,11 @@ class FastInferApp:
             await self.app(scope, receive, send)
             return
         received = time.perf_counter()
-        response, _ = await self.answer(route, scope["headers"], receive, received)
-        if response is None:
-            return  # the client left before its request was whole
+        watch = _WatchAfterBody(receive)
+        async with watch.cancel_on_disconnect:
+            response, _ = await self.answer(route, scope["headers"], watch.receive, received)
+        if response is None or watch.cancel_on_disconnect.disconnected:
+            return  # the client left
         await send(
             {
                 "type": "http.response.start",
@@ -106,6 +109,23 @@ class FastInferApp:
             }
         )
         await send({"type": "http.response.body", "body": response.body})
+
+
+class _WatchAfterBody:
+    """Starts watching for a disconnect once the body is read (before, ``receive`` is the
+    body's own reader's)."""
+
+    def __init__(self, receive: Any):
+        self._receive = receive
+        self.cancel_on_disconnect = CancelOnDisconnect(receive, deferred=True)
+        self._armed = False
+
+    async def receive(self) -> dict[str, Any]:
+        message = await self._receive()
+        if message["type"] == "http.request" and not message.get("more_body") and not self._armed:
+            self._armed = True
+            await self.cancel_on_disconnect.start()
+        return message
 
 
 def response_headers(response: rest_infer.RestResponse) -> list[tuple[bytes, bytes]]:

@@ -23,6 +23,7 @@ class ReplyStream:
         "ended",
         "frames",
         "last_frame",
+        "last_reply",
         "request_id",
         "worker",
     )
@@ -35,6 +36,7 @@ class ReplyStream:
         self.frames = 0  # handed on so far
         self.worker = ""  # the worker whose frames these are (from the first one)
         self.last_frame = time.monotonic()
+        self.last_reply: Reply | None = None
         self.ended = False
 
     def offer(self, reply: Reply) -> bool:
@@ -47,6 +49,7 @@ class ReplyStream:
             self.frames += 1
             self.worker = frame.worker or self.worker
             self.last_frame = time.monotonic()
+            self.last_reply = frame
             self._queue.put_nowait(frame)
             if frame.final or frame.error_code:
                 self.ended = True
