@@ -104,6 +104,8 @@ class StreamBatch:
                 except ConchError as exc:
                     self._end(request, exc.code, exc.message, "fail_count")
         execution = None
+        # Cancels and deadlines are watched from now on, while execute runs too.
+        watch = asyncio.create_task(self._watch(config.name))
         if model_requests:
             sink = LoopSink(asyncio.get_running_loop(), self.frame)
             metrics.child(metrics.EXECUTIONS_IN_FLIGHT, config.name, self._loaded.version).inc()
@@ -118,7 +120,7 @@ class StreamBatch:
             finally:
                 metrics.child(metrics.EXECUTIONS_IN_FLIGHT, config.name, self._loaded.version).dec()
         self._flush()
-        return asyncio.create_task(self._finish(model_requests, execution))
+        return asyncio.create_task(self._finish(model_requests, execution, watch))
 
     def frame(
         self,
@@ -201,15 +203,24 @@ class StreamBatch:
                     log.warning("could not publish response frames; retrying", exc_info=True)
                     await asyncio.sleep(0.2)
 
-    async def _finish(self, ran: list[ModelRequest], execution: Execution | None) -> None:
-        """Wait for every final frame (cancelling and timing out as needed), then ack."""
+    async def _watch(self, model: str) -> None:
+        """Until every request sent its final frame: cancels reach the model, deadlines end
+        what is still open."""
+        while self._open and not self._all_done.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._all_done.wait(), POLL_S)
+            if self._open:
+                await self._check_open(model)
+        self._all_done.set()
+
+    async def _finish(
+        self, ran: list[ModelRequest], execution: Execution | None, watch: asyncio.Task[None]
+    ) -> None:
+        """Wait for every final frame, then ack."""
         config = self._loaded.model.config
         if not self._open:
             self._all_done.set()
-        while not self._all_done.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._all_done.wait(), POLL_S)
-            await self._check_open(config.name)
+        await watch
         while self._flushing is not None and not self._flushing.done():
             await self._flushing
         self._flush()
