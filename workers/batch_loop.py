@@ -79,7 +79,11 @@ class BatchLoop:
                     lane.held.add(entry.entry_id)
                     await self._process_or_retry(loaded, instance, entry, lane)
         finally:
-            await client.aclose()
+            try:
+                if lane.streaming:  # open streams end first (the drain timeout bounds it)
+                    await asyncio.wait(list(lane.streaming))
+            finally:
+                await client.aclose()
 
     async def _process_or_retry(
         self, loaded: LoadedVersion, instance: ModelInstance, entry: streams.Entry, lane: Lane
