@@ -105,7 +105,7 @@ class BatchProcessor:
             metrics.child(metrics.REDELIVERED, "worker", name, version).inc()
         if loaded.model.config.decoupled:
             streaming = StreamBatch(self._redis, self._id, loaded, instance, entry)
-            return await streaming.start(requests, self._submit)
+            return await streaming.start(requests, batch.queue_ns, self._submit)
         now_ms = time.time() * 1000
         replies: list[tuple[str, Reply]] = []
         runnable: list[tuple[int, InferRequest]] = []

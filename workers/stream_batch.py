@@ -68,8 +68,11 @@ class StreamBatch:
         self._flushing: asyncio.Task[None] | None = None
         self._all_done = asyncio.Event()
         self._stats = {"success_count": 0, "fail_count": 0, "cancel_count": 0}
+        self._queue_ns = 0
 
-    async def start(self, requests: list[InferRequest], submit: Submit) -> asyncio.Task[None]:
+    async def start(
+        self, requests: list[InferRequest], queue_ns: list[int], submit: Submit
+    ) -> asyncio.Task[None]:
         """Answer what may not run, run the rest until ``execute`` returns; the returned task
         finishes the streams and acks the batch."""
         config = self._loaded.model.config
@@ -80,7 +83,8 @@ class StreamBatch:
             log.warning("could not read cancel keys", exc_info=True)
             cancelled = set()
         model_requests: list[ModelRequest] = []
-        for request in requests:
+        self._queue_ns = 0
+        for index, request in enumerate(requests):
             if request.id in cancelled:
                 self._end(request, ErrorCode.CANCELLED, CANCELLED_TEXT, "cancel_count")
             elif now_ms >= request.deadline_ms:
@@ -101,6 +105,7 @@ class StreamBatch:
                         )
                     )
                     self._open[request.id] = _Open(request)
+                    self._queue_ns += queue_ns[index] if index < len(queue_ns) else 0
                 except ConchError as exc:
                     self._end(request, exc.code, exc.message, "fail_count")
         execution = None
@@ -234,6 +239,7 @@ class StreamBatch:
                 {
                     "execution_count": 1,
                     "inference_count": size,
+                    "queue_ns": self._queue_ns,
                     "compute_infer_ns": infer_ns * len(ran),
                     f"batch:{size}:count": 1,
                     f"batch:{size}:compute_infer_ns": infer_ns,
