@@ -26,6 +26,7 @@ from litestar.response import Stream
 from gateway import sse
 from gateway.caller import ROUTE_KEY_HEADER, Caller
 from gateway.dataplane import InferOutcome
+from gateway.disconnect import CancelOnDisconnect
 from gateway.errors import REDIS_ERRORS, error_response, redis_unavailable
 from gateway.generate_codec import generate_response, parse_generate_request
 from gateway.http_codec import HEADER_LENGTH, encode_infer_response, parse_infer_request
@@ -97,7 +98,7 @@ async def generate_stream(request: Request, model: str, version: str | None = No
         parsed = parse_generate_request(config, await request.body())
         return dataplane.infer_stream(model, version, parsed, _caller(request))
 
-    return await _stream(state, model, start, encode)
+    return await _stream(state, request.receive, model, start, encode)
 
 
 async def infer_events(request: Request, model: str, version: str | None) -> Response:
@@ -125,11 +126,12 @@ async def infer_events(request: Request, model: str, version: str | None) -> Res
         )
         return content
 
-    return await _stream(state, model, start, encode)
+    return await _stream(state, request.receive, model, start, encode)
 
 
 async def _stream(
     state: GatewayState,
+    receive: Any,
     model: str,
     start: Callable[[], Any],
     encode: Callable[[InferOutcome], bytes | None],
@@ -140,7 +142,13 @@ async def _stream(
     frames: AsyncIterator[InferOutcome] | None = None
     try:
         frames = await start()
-        first = await sse.first_frame(frames)
+        first = None
+        async with CancelOnDisconnect(receive) as watch:  # the client may leave before it
+            first = await sse.first_frame(frames)
+        if watch.disconnected:
+            await frames.aclose()  # cancels the request
+            dataplane.in_flight.leave()
+            return Response(content=b"", status_code=499)
     except ConchError as exc:
         dataplane.in_flight.leave()
         return error_response(exc.code, exc.message, exc.retry_after_s)

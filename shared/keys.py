@@ -88,6 +88,12 @@ def cancel_children(model: str, request_id: str) -> str:
     return f"{_model(model)}:cancel:{request_id}:children"
 
 
+def cancel_channel() -> str:
+    """Pub/sub channel on which gateways announce each cancelled request
+    (``<model>\x00<request id>``); workers drop such requests without asking Redis."""
+    return f"{PREFIX}:cancelled"
+
+
 def dead_letters(model: str) -> str:
     """STREAM of the model's entries that could not be decoded or executed within the delivery
     bound (request and batch entries alike), each with the reason; capped."""

@@ -29,14 +29,15 @@ from shared import envelope, keys, metrics, sequence_params, streams, tensors, t
 from shared.envelope import InferRequest, Reply, Timing
 from shared.errors import ConchError, ErrorCode
 from shared.fencing import queue_fenced_ack
-from shared.model_config import ModelConfig
 from shared.publish import queue_replies
 from workers import poison
 from workers.backend import ModelInstance, ModelRequest
 from workers.cancel_check import drop_cancelled
+from workers.cancel_listener import CancelledRequests
 from workers.loader import LoadedVersion
 from workers.settings import WorkerSettings
 from workers.stream_batch import StreamBatch
+from workers.stream_sink import output_datatype
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class BatchProcessor:
         self.executor: ThreadPoolExecutor | None = None
         # Instance (by identity) -> its execution running on the pool.
         self._running: dict[int, concurrent.futures.Future[object]] = {}
+        # Requests cancelled by their clients, as announced (``workers.cancel_listener``).
+        self.cancelled = CancelledRequests()
 
     async def wait_idle(
         self, instances: list[ModelInstance], timeout_s: float | None = None
@@ -71,8 +74,8 @@ class BatchProcessor:
     async def process(
         self, loaded: LoadedVersion, instance: ModelInstance, entry: streams.Entry
     ) -> asyncio.Task[None] | None:
-        """Process one batch; for a decoupled model, returns once ``execute`` returned, with
-        the task that finishes its streams and acks it (``workers.stream_batch``)."""
+        """For a decoupled model: returns once ``execute`` did, with the task that finishes its
+        streams and acks the batch (``workers.stream_batch``)."""
         name, version = loaded.name, loaded.version
         if entry.deliveries > self._settings.max_deliveries:
             await poison.dead_letter(
@@ -124,7 +127,9 @@ class BatchProcessor:
             else:
                 runnable.append((index, request))
         stats: dict[str, int] = {}
-        runnable = await drop_cancelled(self._redis, name, now_ms, runnable, replies, stats)
+        runnable = await drop_cancelled(
+            self._redis, name, now_ms, runnable, replies, stats, self.cancelled
+        )
         unrun = len(requests) - len(runnable) - stats.get("cancel_count", 0)
         if runnable:
             replies.extend(await self._execute(loaded, instance, batch.queue_ns, runnable, stats))
@@ -237,7 +242,9 @@ class BatchProcessor:
             else:
                 try:
                     outputs = [
-                        tensors.from_numpy(name, result.outputs[name], _datatype(config, name))
+                        tensors.from_numpy(
+                            name, result.outputs[name], output_datatype(config, name)
+                        )
                         for name in (request.outputs or config.output_names)
                     ]
                 except (KeyError, ValueError) as exc:
@@ -291,8 +298,3 @@ def _trace_requests(
     for _, request in requests:
         if request.trace:
             tracing.record(name, request.trace, started_ns, ended_ns, {"worker": worker})
-
-
-def _datatype(config: ModelConfig, name: str) -> str | None:
-    spec = config.output(name)
-    return spec.datatype if spec is not None else None

@@ -3,8 +3,9 @@
 Workers ask before running a request (a cancelled one is answered CANCELLED and never runs)
 and, for a decoupled model, every ``POLL_S`` while its streams are open (the model then sees
 ``is_cancelled()``). An ordinary request is asked about only when it waited long enough to have
-been abandoned (``WAITED_MS``): one that reached the worker within a few milliseconds skips the
-round trip, which keeps the hot path as it was.
+been abandoned (``WAITED_MS``), and then only when the worker's cancel listener
+(``workers.cancel_listener``) may have missed its cancellation: the hot path makes no extra
+round trip.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import redis.asyncio as aioredis
 from shared import envelope, keys
 from shared.envelope import InferRequest, Reply
 from shared.errors import ErrorCode
+from workers.cancel_listener import CancelledRequests
 
 log = logging.getLogger(__name__)
 
@@ -39,18 +41,25 @@ async def drop_cancelled(
     runnable: list[tuple[int, InferRequest]],
     replies: list[tuple[str, Reply]],
     stats: dict[str, int],
+    heard: CancelledRequests,
 ) -> list[tuple[int, InferRequest]]:
     """The requests of an ordinary batch that may run: those whose clients cancelled them are
     answered CANCELLED (added to ``replies``), counted as ``cancel_count``, and never run.
-    Only requests that waited ``WAITED_MS`` or more are asked about."""
-    waited = [request.id for _, request in runnable if now_ms - request.enqueued_ms >= WAITED_MS]
-    if not waited:
-        return runnable
-    try:
-        cancelled = await cancelled_ids(r, model, waited)
-    except Exception:  # cannot ask: run them (the deadline still bounds the work)
-        log.warning("could not read cancel keys", exc_info=True)
-        return runnable
+    Redis is asked only about requests that waited ``WAITED_MS`` or more and whose
+    cancellation the listener may have missed."""
+    cancelled = {request.id for _, request in runnable if request.id in heard}
+    unsure = [
+        request.id
+        for _, request in runnable
+        if now_ms - request.enqueued_ms >= WAITED_MS
+        and not heard.heard_all_since(request.enqueued_ms)
+        and request.id not in cancelled
+    ]
+    if unsure:
+        try:
+            cancelled |= await cancelled_ids(r, model, unsure)
+        except Exception:  # cannot ask: run them (the deadline still bounds the work)
+            log.warning("could not read cancel keys", exc_info=True)
     if not cancelled:
         return runnable
     for _, request in runnable:

@@ -27,15 +27,14 @@ from dataclasses import dataclass
 import numpy as np
 import redis.asyncio as aioredis
 
-from shared import envelope, keys, metrics, streams, tensors
+from shared import envelope, metrics, streams, tensors
 from shared.envelope import InferRequest, Reply
 from shared.errors import ConchError, ErrorCode
-from shared.fencing import queue_fenced_ack
 from shared.publish import queue_replies
 from workers.backend import Execution, ModelInstance, ModelRequest
 from workers.cancel_check import CANCELLED_TEXT, POLL_S, cancelled_ids
 from workers.loader import LoadedVersion
-from workers.stream_sink import LoopSink, numbered, output_datatype
+from workers.stream_sink import LoopSink, ack_streamed, numbered, output_datatype
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +244,7 @@ class StreamBatch:
                     f"batch:{size}:compute_infer_ns": infer_ns,
                 }
             )
-        await self._ack(stats)
+        await ack_streamed(self._redis, self._id, self._loaded, self._entry, stats)
         version = self._loaded.version
         if "execution_count" in stats:
             metrics.record_batch(config.name, version, stats)
@@ -273,29 +272,3 @@ class StreamBatch:
                 "responses",
             )
             self.frame(request_id, None, error, True)
-
-    async def _ack(self, stats: dict[str, int]) -> None:
-        name, version = self._loaded.name, self._loaded.version
-        for attempt in range(50):
-            try:
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    queue_fenced_ack(
-                        pipe,
-                        self._entry.stream,
-                        keys.stats(name, version),
-                        keys.WORKER_GROUP,
-                        self._id,
-                        self._entry.entry_id,
-                        keys.batch_done_channel(name, version),
-                        stats,
-                        int(time.time() * 1000),
-                    )
-                    (acked,) = await pipe.execute()
-                if not acked:
-                    metrics.record_late_result("worker", name, version)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.warning("could not ack a streamed batch (attempt %d)", attempt, exc_info=True)
-                await asyncio.sleep(0.2)
