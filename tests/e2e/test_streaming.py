@@ -38,9 +38,11 @@ MODELS = ["square_int32", "repeat_int32", "chaos_recorder"]
 
 
 class StreamMesh:
-    def __init__(self, mesh: Mesh, grpc_url: str, record: Path):
+    def __init__(self, mesh: Mesh, grpc_url: str, record: Path, litestar_port: int):
         self.mesh, self.grpc_url, self.record = mesh, grpc_url, record
         self.http = f"http://{mesh.url}"
+        # A second gateway with the inference fast path off: /infer through the Litestar route.
+        self.litestar_port = litestar_port
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +70,26 @@ def stream_mesh(
             **bounds,
         )
         mesh.start_gateway(CONCH_GATEWAY_GRPC_PORT=str(port), **bounds)
+        litestar_port = free_port()
+        mesh._spawn(
+            "gateway-litestar",
+            [sys.executable, "-m", "gateway"],
+            {
+                "CONCH_GATEWAY_HOST": "127.0.0.1",
+                "CONCH_GATEWAY_HTTP_PORT": str(litestar_port),
+                "CONCH_GATEWAY_PROCESSES": "1",
+                "CONCH_GATEWAY_INFER_FAST_PATH": "false",
+            },
+        )
         mesh.wait_ready(MODELS, timeout_s=120)
-        yield StreamMesh(mesh, f"127.0.0.1:{port}", record)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                ready = httpx.get(f"http://127.0.0.1:{litestar_port}/v2/health/ready", timeout=1)
+                if ready.status_code == 200:
+                    break
+            time.sleep(0.2)
+        yield StreamMesh(mesh, f"127.0.0.1:{port}", record, litestar_port)
     finally:
         mesh.stop()
 
@@ -300,12 +320,17 @@ def _raw_infer(port: int, ident: int) -> socket.socket:
     return sock
 
 
-def test_cancel_while_queued_never_runs(stream_mesh: StreamMesh) -> None:
+@pytest.mark.parametrize(("route", "base_id"), [("fast path", 9000), ("litestar", 9100)])
+def test_cancel_while_queued_never_runs(stream_mesh: StreamMesh, route: str, base_id: int) -> None:
     """Both instances of chaos_recorder are held busy; a third request waits in the queue and
-    its client disconnects: it is never executed (the model's record) and counted."""
-    record, port = stream_mesh.record, stream_mesh.mesh.http_port
+    its client disconnects: it is never executed (the model's record) and counted. Through the
+    uvicorn protocol hook (the fast path) and through the Litestar route alike."""
+    record = stream_mesh.record
+    port = stream_mesh.mesh.http_port if route == "fast path" else stream_mesh.litestar_port
     url = f"{stream_mesh.http}/v2/models/chaos_recorder/infer"
     before = _stats(stream_mesh, "chaos_recorder")["cancel"]["count"]
+    for stale in record.glob("holding-worker-*"):  # left by an earlier hold
+        stale.unlink()
     hold = record / "hold-worker"
     hold.touch()
     answers: list[httpx.Response] = []
@@ -314,7 +339,7 @@ def test_cancel_while_queued_never_runs(stream_mesh: StreamMesh) -> None:
         tensor = {"name": "ID", "shape": [1, 1], "datatype": "INT64", "data": [ident]}
         answers.append(httpx.post(url, json={"inputs": [tensor]}, timeout=30))
 
-    holders = [threading.Thread(target=call, args=(i,)) for i in (9001, 9002)]
+    holders = [threading.Thread(target=call, args=(i,)) for i in (base_id + 1, base_id + 2)]
     try:
         for holder in holders:
             holder.start()
@@ -323,7 +348,7 @@ def test_cancel_while_queued_never_runs(stream_mesh: StreamMesh) -> None:
         while len(list(record.glob("holding-worker-*"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert len(list(record.glob("holding-worker-*"))) == 2, "the instances are not busy"
-        queued = _raw_infer(port, 9003)  # waits: both instances are busy
+        queued = _raw_infer(port, base_id + 3)  # waits: both instances are busy
         time.sleep(0.5)
         queued.close()  # the client goes away while its request waits
         time.sleep(0.5)
@@ -331,11 +356,16 @@ def test_cancel_while_queued_never_runs(stream_mesh: StreamMesh) -> None:
         hold.unlink()
     for holder in holders:
         holder.join(30)
-    assert sorted(a.json()["outputs"][0]["data"][0] for a in answers) == [27004, 27007]
-    call(9004)  # runs after the cancelled one was taken from the queue
+    assert sorted(a.json()["outputs"][0]["data"][0] for a in answers) == [
+        3 * (base_id + 1) + 1,
+        3 * (base_id + 2) + 1,
+    ]
+    call(base_id + 4)  # runs after the cancelled one was taken from the queue
     lines = _recorded(record)
-    assert all(any(str(i) in line for line in lines) for i in (9001, 9002, 9004))
-    assert not any("9003" in line for line in lines), "a cancelled request was executed"
+    assert all(
+        any(str(i) in line for line in lines) for i in (base_id + 1, base_id + 2, base_id + 4)
+    )
+    assert not any(str(base_id + 3) in line for line in lines), "a cancelled request was executed"
     assert _stats(stream_mesh, "chaos_recorder")["cancel"]["count"] == before + 1
 
 
