@@ -166,6 +166,7 @@ def up(args: argparse.Namespace) -> int:
                 [python, "-m", "gateway"],
                 {
                     **common,
+                    "CONCH_GATEWAY_DEAD_BOUND_MS": str(args.dead_bound_ms),
                     "CONCH_GATEWAY_HOST": args.host,
                     "CONCH_GATEWAY_HTTP_PORT": str(args.http_port),
                     "CONCH_GATEWAY_PROCESSES": str(args.gateways),

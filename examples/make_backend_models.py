@@ -29,6 +29,7 @@ from python_model_configs import (
     REPEAT_INT32_CONFIG,
     SIMPLE_IDENTITY_CONFIG,
     SIMPLE_STRING_CONFIG,
+    SQUARE_INT32_CONFIG,
     STRING_DYNA_CONFIG,
 )
 
@@ -198,6 +199,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "simple_string": _python_model("simple_string", SIMPLE_STRING_CONFIG),
     "simple_identity": _python_model("simple_identity", SIMPLE_IDENTITY_CONFIG),
     "repeat_int32": _python_model("repeat_int32", REPEAT_INT32_CONFIG),
+    "square_int32": _python_model("square_int32", SQUARE_INT32_CONFIG),
     "sequence_accumulator_py": _python_model("sequence_accumulator_py", ACCUMULATOR_PY_CONFIG),
     "simple_string_dyna_sequence": _python_model("simple_string_dyna_sequence", STRING_DYNA_CONFIG),
     "chaos_recorder": _python_model("chaos_recorder", RECORDER_CONFIG),

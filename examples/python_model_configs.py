@@ -86,7 +86,7 @@ backend: "python"
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 
-# Decoupled: one request, a stream of responses (served once gRPC streaming is in place).
+# Decoupled: one request, a stream of responses (gRPC ModelStreamInfer, /generate_stream, SSE).
 REPEAT_INT32_CONFIG = """\
 name: "repeat_int32"
 backend: "python"
@@ -101,6 +101,17 @@ output [
   { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
   { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }
 ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+# Triton's decoupled square example: IN = n -> n responses OUT = [n], then the final flag.
+SQUARE_INT32_CONFIG = """\
+name: "square_int32"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 

@@ -14,8 +14,9 @@ from typing import Any
 import msgspec
 from litestar import Litestar, Request, Response, get, post
 
-from gateway import grpc_service, rest_infer, stats
+from gateway import grpc_service, rest_infer, sse, stats
 from gateway.admin_routes import admin_router
+from gateway.disconnect import CancelOnDisconnect
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.fastpath import FastInferApp
 from gateway.openai.routes import openai_router
@@ -27,6 +28,7 @@ from gateway.settings import GatewaySettings, graceful_shutdown_s
 from gateway.settings_routes import settings_router
 from gateway.shared_memory_routes import shared_memory_router
 from gateway.state import GatewayState
+from gateway.stream_routes import generate, generate_stream, infer_events
 from shared import logs, metrics, tracing
 
 log = logging.getLogger(__name__)
@@ -113,16 +115,22 @@ async def model_statistics(
     status_code=200,
 )
 async def infer(request: Request, model: str, version: str | None = None) -> Response:
+    if sse.accepts_events(request.headers.get("accept")):
+        return await infer_events(request, model, version)
     state = _state(request)
     dataplane, limit = state.dataplane, state.settings.max_request_bytes
     caller = await rest_infer.before_body(dataplane, model, request.headers, limit)
+    response = None
     try:  # Litestar reads no more than request_max_body_size (413 beyond it)
         body = await request.body()
-        response = await rest_infer.infer(
-            dataplane, model, version, request.headers, body, None, caller, limit
-        )
+        async with CancelOnDisconnect(request.receive):  # the client leaving cancels it
+            response = await rest_infer.infer(
+                dataplane, model, version, request.headers, body, None, caller, limit
+            )
     finally:
         dataplane.in_flight.leave()
+    if response is None:  # the client disconnected: nobody reads an answer
+        return Response(content=b"", status_code=499)
     return Response(
         content=response.body,
         status_code=response.status,
@@ -164,6 +172,8 @@ def create_app(settings: GatewaySettings, process: GatewayProcess | None = None)
             model_config,
             model_statistics,
             infer,
+            generate,
+            generate_stream,
             admin_router(),
             repository_router(),
             shared_memory_router(),

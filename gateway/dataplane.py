@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -23,6 +24,7 @@ from gateway.admission import Admission
 from gateway.admission_retry import admit_within
 from gateway.auth import Tenant
 from gateway.caller import ANONYMOUS_CALLER, Caller
+from gateway.cancellation import cancel_request
 from gateway.http_codec import ParsedRequest
 from gateway.in_flight import InFlightLimit
 from gateway.infer_extensions import InferExtensions
@@ -39,7 +41,7 @@ from shared.envelope import Reply
 from shared.errors import ConchError, ErrorCode
 from shared.ids import new_id
 from shared.logs import request_id_var
-from shared.queue_ticket import queue_ticket
+from shared.queue_ticket import QueueTicket, queue_ticket
 from shared.replies import ReplyRouter
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,26 @@ class InferOutcome:
     reply: Reply
     request: ValidRequest
     version: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Begun:
+    """A request admitted, routed and validated, ready to enqueue."""
+
+    model: str
+    number: int
+    valid: ValidRequest
+    request_id: str
+    deadline_ms: int
+    timeout_s: float
+    arm: str
+    started: float
+    span: Any
+    cached: Any
+    admit: Callable[[], Awaitable[int]]
+    ticket: QueueTicket
+    tenant: Tenant | None
+    backend: str
 
 
 class DataPlane:
@@ -115,9 +137,113 @@ class DataPlane:
         parsed: ParsedRequest,
         caller: Caller = ANONYMOUS_CALLER,
         received: float | None = None,
+        endpoint: str = "HTTP end point",
     ) -> InferOutcome:
         """``received`` (perf_counter) is when the request arrived, so that the request
-        duration a gateway reports includes reading and parsing the body."""
+        duration a gateway reports includes reading and parsing the body. ``endpoint`` names
+        the protocol in Triton's refusal of a decoupled model."""
+        begun = await self._begin(model, version, parsed, caller, received, endpoint)
+        if isinstance(begun, InferOutcome):
+            return begun
+        number, code = begun.number, ErrorCode.CANCELLED.value
+        future = self.replies.expect(begun.request_id)
+        try:
+            # The deadline bounds the whole exchange with Redis: the enqueue as well as the wait.
+            try:
+                async with asyncio.timeout(begun.timeout_s):
+                    await self._admit(begun)
+                    reply = await future
+            except TimeoutError:
+                raise self._deadline_error(model, number) from None
+            code = reply.error_code or "OK"
+        except ConchError as exc:
+            code = exc.code.value
+            raise
+        except asyncio.CancelledError:  # the client went away: the request is abandoned
+            self._cancel(begun)
+            raise
+        except Exception:
+            code = ErrorCode.INTERNAL.value
+            raise
+        finally:
+            self.replies.forget(begun.request_id)
+            begun.span.end(None if code == "OK" else code)
+            metrics.record_request(
+                model, number, begun.arm, code, time.perf_counter() - begun.started
+            )
+        if reply.error_code:
+            raise ConchError(ErrorCode(reply.error_code), reply.error)
+        if begun.cached and self.cache:
+            self.cache.store(begun.cached, reply.outputs)
+        return InferOutcome(reply, begun.valid, number)
+
+    async def infer_stream(
+        self,
+        model: str,
+        version: str | None,
+        parsed: ParsedRequest,
+        caller: Caller = ANONYMOUS_CALLER,
+        received: float | None = None,
+    ) -> AsyncIterator[InferOutcome]:
+        """Admission, routing and validation as :meth:`infer`, then one outcome per frame (the
+        last one's ``reply.final`` is true); decoupled models are welcome here. Refusals raise
+        before the first frame, a mid-stream error after the frames already yielded. Closing
+        the iterator before the final frame (the client left) cancels the request."""
+        begun = await self._begin(model, version, parsed, caller, received, None)
+        if isinstance(begun, InferOutcome):
+            yield begun
+            return
+        number, code, ended = begun.number, ErrorCode.CANCELLED.value, False
+        stream = self.replies.expect_stream(begun.request_id)
+        until = asyncio.get_running_loop().time() + begun.timeout_s
+        try:
+            try:
+                async with asyncio.timeout_at(until):
+                    await self._admit(begun)
+            except TimeoutError:
+                raise self._deadline_error(model, number) from None
+            while True:
+                try:
+                    async with asyncio.timeout_at(until):
+                        reply = await stream.next()
+                except TimeoutError:
+                    raise self._deadline_error(model, number) from None
+                if reply.error_code:
+                    ended = True
+                    raise ConchError(ErrorCode(reply.error_code), reply.error)
+                if reply.final:
+                    ended, code = True, "OK"
+                yield InferOutcome(reply, begun.valid, number)
+                if ended:
+                    return
+        except ConchError as exc:
+            code = exc.code.value
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except Exception:
+            code = ErrorCode.INTERNAL.value
+            raise
+        finally:
+            self.replies.forget_stream(begun.request_id)
+            if not ended:  # the consumer left, the deadline passed: stop the work
+                self._cancel(begun)
+            begun.span.end(None if code == "OK" else code)
+            metrics.record_request(
+                model, number, begun.arm, code, time.perf_counter() - begun.started
+            )
+
+    async def _begin(
+        self,
+        model: str,
+        version: str | None,
+        parsed: ParsedRequest,
+        caller: Caller,
+        received: float | None,
+        endpoint: str | None,
+    ) -> _Begun | InferOutcome:
+        """Everything before the enqueue: admit, route, validate, the cache; an outcome for a
+        cache hit. ``endpoint`` None: the caller streams, decoupled models are served."""
         config = self.table.configs.get(model) or await self.table.config_after_miss(model)
         try:  # auth (401/403), rate limit (429), then version choice by weights
             tenant = await self.admission.admit(model, caller)
@@ -128,6 +254,11 @@ class DataPlane:
                 _REASONS.get(exc.code, exc.code.lower()),
             )
             raise
+        if endpoint is not None and config.decoupled:  # Triton's refusal, word for word
+            raise ConchError(
+                ErrorCode.UNSUPPORTED,
+                f"{endpoint} doesn't support models with decoupled transaction policy",
+            )
         sequence, spec = sequence_request(config, parsed.parameters)
         number = self.versions.route(model, version, caller.route_key or sequence.route_key)
         valid = validate(config, parsed)
@@ -138,10 +269,12 @@ class DataPlane:
             self._send_shadow(model, shadow, number, parsed, tenant)
         request_id = new_id()
         request_id_var.set(parsed.id or request_id)
-        started, code = received or time.perf_counter(), ErrorCode.CANCELLED.value
+        started = received or time.perf_counter()
         arm = "shadow" if caller.trusted else "pinned" if version else "routed"
-        cached = self.cache and await self.cache.find(
-            config, self.table.configs, number, valid, parsed
+        cached = (
+            self.cache
+            and not config.decoupled
+            and await self.cache.find(config, self.table.configs, number, valid, parsed)
         )
         if cached and cached.outputs is not None:  # a hit: answered without queueing
             metrics.record_request(model, number, arm, "OK", time.perf_counter() - started)
@@ -167,7 +300,6 @@ class DataPlane:
             priority=parsed.parameters.get("priority") or (tenant.priority if tenant else 0),
             tenant=tenant.name if tenant else "",
         )
-        future = self.replies.expect(request_id)
         if spec is not None:  # a sequence: its own queue, in arrival order (no scheduler)
 
             def admit() -> Awaitable[int]:
@@ -189,40 +321,44 @@ class DataPlane:
             def admit() -> Awaitable[int]:
                 return self._enqueue(keys=call.keys, args=call.args)
 
-        try:
-            # The deadline bounds the whole exchange with Redis: the enqueue as well as the wait.
-            timeout_s = (deadline - now) / 1000 + _GRACE_S
-            try:
-                async with asyncio.timeout(timeout_s):
-                    admitted = await admit_within(admit, deadline, model)
-                    if admitted < 0:
-                        metrics.record_rejected(
-                            tenant.name if tenant else None, model, _ADMISSION[admitted]
-                        )
-                        submission.refusal(admitted, model, number, ticket, config.backend)
-                    reply = await future
-            except TimeoutError:
-                raise ConchError(
-                    ErrorCode.DEADLINE_EXCEEDED,
-                    f"Request timeout expired: model '{model}' version {number} did not answer "
-                    f"within {self._default_timeout_ms} ms",
-                ) from None
-            code = reply.error_code or "OK"
-        except ConchError as exc:
-            code = exc.code.value
-            raise
-        except Exception:
-            code = ErrorCode.INTERNAL.value
-            raise
-        finally:
-            self.replies.forget(request_id)
-            span.end(None if code == "OK" else code)
-            metrics.record_request(model, number, arm, code, time.perf_counter() - started)
-        if reply.error_code:
-            raise ConchError(ErrorCode(reply.error_code), reply.error)
-        if cached and self.cache:
-            self.cache.store(cached, reply.outputs)
-        return InferOutcome(reply, valid, number)
+        return _Begun(
+            model=model,
+            number=number,
+            valid=valid,
+            request_id=request_id,
+            deadline_ms=deadline,
+            timeout_s=(deadline - now) / 1000 + _GRACE_S,
+            arm=arm,
+            started=started,
+            span=span,
+            cached=cached or None,
+            admit=admit,
+            ticket=ticket,
+            tenant=tenant,
+            backend=config.backend,
+        )
+
+    async def _admit(self, begun: _Begun) -> None:
+        admitted = await admit_within(begun.admit, begun.deadline_ms, begun.model)
+        if admitted < 0:
+            tenant = begun.tenant.name if begun.tenant else None
+            metrics.record_rejected(tenant, begun.model, _ADMISSION[admitted])
+            submission.refusal(admitted, begun.model, begun.number, begun.ticket, begun.backend)
+
+    def _deadline_error(self, model: str, number: int) -> ConchError:
+        return ConchError(
+            ErrorCode.DEADLINE_EXCEEDED,
+            f"Request timeout expired: model '{model}' version {number} did not answer "
+            f"within {self._default_timeout_ms} ms",
+        )
+
+    def _cancel(self, begun: _Begun) -> None:
+        """Mark the request cancelled in Redis, in the background (the caller is going away)."""
+        task = asyncio.create_task(
+            cancel_request(self._redis, begun.model, begun.request_id, begun.deadline_ms)
+        )
+        self._shadow_tasks.add(task)
+        task.add_done_callback(self._shadow_tasks.discard)
 
     def _send_shadow(
         self, model: str, version: int, primary: int, parsed: ParsedRequest, tenant: Tenant | None

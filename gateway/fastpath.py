@@ -19,6 +19,7 @@ from typing import Any
 from litestar import Litestar
 
 from gateway import rest_infer
+from gateway.disconnect import CancelOnDisconnect
 from gateway.errors import REDIS_ERRORS, error_parts, internal_error, redis_unavailable
 from gateway.request_limits import read_body
 from shared.errors import ConchError
@@ -31,11 +32,17 @@ InferRoute = tuple[str, str | None]
 
 
 def infer_route(scope: dict[str, Any]) -> InferRoute | None:
-    """(model, version) when the request is an inference, else None."""
+    """(model, version) when the request is an inference, else None. One that accepts an
+    event stream (streaming ``/infer``) is left to the Litestar route."""
     if scope["type"] != "http" or scope["method"] != "POST":
         return None
     match = _INFER.match(scope["path"])
-    return None if match is None else (match.group(1), match.group(2))
+    if match is None:
+        return None
+    for name, value in scope["headers"]:
+        if name == b"accept" and b"text/event-stream" in value:
+            return None
+    return match.group(1), match.group(2)
 
 
 class FastInferApp:
@@ -91,9 +98,11 @@ class FastInferApp:
             await self.app(scope, receive, send)
             return
         received = time.perf_counter()
-        response, _ = await self.answer(route, scope["headers"], receive, received)
-        if response is None:
-            return  # the client left before its request was whole
+        watch = _WatchAfterBody(receive)
+        async with watch.cancel_on_disconnect:
+            response, _ = await self.answer(route, scope["headers"], watch.receive, received)
+        if response is None or watch.cancel_on_disconnect.disconnected:
+            return  # the client left
         await send(
             {
                 "type": "http.response.start",
@@ -102,6 +111,23 @@ class FastInferApp:
             }
         )
         await send({"type": "http.response.body", "body": response.body})
+
+
+class _WatchAfterBody:
+    """Starts watching for a disconnect once the body is read (before, ``receive`` is the
+    body's own reader's)."""
+
+    def __init__(self, receive: Any):
+        self._receive = receive
+        self.cancel_on_disconnect = CancelOnDisconnect(receive, deferred=True)
+        self._armed = False
+
+    async def receive(self) -> dict[str, Any]:
+        message = await self._receive()
+        if message["type"] == "http.request" and not message.get("more_body") and not self._armed:
+            self._armed = True
+            await self.cancel_on_disconnect.start()
+        return message
 
 
 def response_headers(response: rest_infer.RestResponse) -> list[tuple[bytes, bytes]]:

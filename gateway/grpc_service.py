@@ -27,6 +27,7 @@ from gateway.caller import ROUTE_KEY_HEADER, Caller
 from gateway.errors import GRPC_STATUS, REDIS_ERRORS, internal_error, redis_unavailable
 from gateway.grpc_codec import encode_grpc_response, parse_grpc_request
 from gateway.grpc_extensions import RepositoryService, SettingsService, SharedMemoryService
+from gateway.grpc_stream import model_stream_infer
 from gateway.server_identity import server_metadata
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
@@ -109,7 +110,11 @@ class InferenceService(
             plan = await dataplane.extensions.prepare(parsed, headers, grpc=True)
             caller = Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))
             outcome = await dataplane.infer(
-                request.model_name, request.model_version or None, parsed, caller
+                request.model_name,
+                request.model_version or None,
+                parsed,
+                caller,
+                endpoint="ModelInfer RPC",
             )
             finished = await dataplane.extensions.finish(
                 plan, dataplane.table.configs.get(request.model_name), outcome.reply.outputs
@@ -132,6 +137,11 @@ class InferenceService(
             finished.in_shared_memory,
         )
 
+    async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> Any:
+        """Bidirectional streaming inference (``gateway.grpc_stream``)."""
+        async for response in model_stream_infer(self.state.dataplane, request_iterator, context):
+            yield response
+
 
 async def _guard(context: Any, build: Any) -> Any:
     """Run a lookup, answering its ConchError with the matching gRPC status."""
@@ -150,7 +160,7 @@ class KeyBeforeMessage(grpc.aio.ServerInterceptor):
         self.state = state
 
     async def intercept_service(self, continuation: Any, details: Any) -> Any:
-        if details.method.endswith("/ModelInfer"):
+        if details.method.endswith(("/ModelInfer", "/ModelStreamInfer")):
             metadata = dict(details.invocation_metadata or ())
             try:
                 self.state.tenants.identify(metadata.get("authorization"))
@@ -160,6 +170,8 @@ class KeyBeforeMessage(grpc.aio.ServerInterceptor):
                 async def refuse(request: Any, context: Any) -> Any:
                     await context.abort(status, message)
 
+                if details.method.endswith("/ModelStreamInfer"):
+                    return grpc.stream_stream_rpc_method_handler(refuse)
                 return grpc.unary_unary_rpc_method_handler(refuse)
         return await continuation(details)
 

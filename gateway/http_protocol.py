@@ -68,6 +68,15 @@ class InferHttpProtocol(HttpToolsProtocol):
         task = self.loop.create_task(self._answer_infer(cycle, route, received))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
+        self._infer_task = task
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The client left: an inference still being answered is cancelled (the data plane
+        marks it cancelled in Redis, so it never runs or stops where it runs)."""
+        task = getattr(self, "_infer_task", None)
+        if task is not None and not task.done():
+            task.cancel()
+        super().connection_lost(exc)
 
     async def _answer_infer(
         self, cycle: Any, route: tuple[str, str | None], received: float

@@ -40,6 +40,11 @@ class GatewaySettings(Settings, kw_only=True):
     max_request_bytes: int = 64 * 1024 * 1024
     heartbeat_interval_ms: int = 1_000
     heartbeat_ttl_ms: int = 3_000
+    # A worker whose heartbeat is this old is dead (the workers' CONCH_WORKER_DEAD_BOUND_MS):
+    # a stream whose frames stopped and whose worker is dead ends with an error. The workers'
+    # heartbeat TTL is needed to read their registry.
+    dead_bound_ms: int = 10_000
+    worker_heartbeat_ttl_ms: int = 3_000
     # How often the model table (configs, ready versions) is re-read from Redis.
     refresh_interval_ms: int = 250
     redis_pool_size: int = 64

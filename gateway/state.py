@@ -28,6 +28,7 @@ from gateway.repository_control import RepositoryControl
 from gateway.response_cache import ResponseCache
 from gateway.settings import GatewaySettings
 from gateway.shared_memory import SharedMemoryManager
+from gateway.stream_watch import watch_streams
 from gateway.trace_settings import TraceSettings
 from gateway.traffic_table import TrafficTable
 from gateway.version_router import VersionRouter
@@ -98,6 +99,15 @@ class GatewayState:
         self._tasks = [
             asyncio.create_task(self.table.run(), name="model-table"),
             asyncio.create_task(self.replies.run(), name="reply-reader"),
+            asyncio.create_task(
+                watch_streams(
+                    self.redis,
+                    self.replies,
+                    self.settings.dead_bound_ms,
+                    self.settings.worker_heartbeat_ttl_ms,
+                ),
+                name="stream-watch",
+            ),
             asyncio.create_task(self.heartbeat(), name="heartbeat"),
             asyncio.create_task(metrics.redis_rtt_probe(self.redis, "gateway"), name="rtt"),
             asyncio.create_task(self.run_policy(), name="traffic-policy"),

@@ -44,6 +44,9 @@ def model_stats(name: str, version: int, raw: dict[bytes, bytes]) -> dict[str, A
             "compute_output": _pair(executed, compute["output"]),
             "cache_hit": _pair(hits, hit_ns),
             "cache_miss": _pair(values.get("cache_miss_count", 0), values.get("cache_miss_ns", 0)),
+            # Requests their clients cancelled (never run, or stopped while streaming); Triton's
+            # JSON statistics name it the same (not in tritonclient's gRPC message yet).
+            "cancel": _pair(values.get("cancel_count", 0), 0),
         },
         "response_stats": {},
         "batch_stats": [

@@ -74,6 +74,9 @@ class VersionQueue:
         self.batches = 0
         self.batched_requests = 0
         self.levels = config.priority_levels()
+        # A decoupled model's batch stays on the batch stream until its last response, long
+        # after its instance took the next one: its backlog says nothing about busy instances.
+        self._unbounded = config.decoupled
         self._queue_hist = {
             level: metrics.child(metrics.QUEUE_SECONDS, self.model, version, level)
             for level in self.levels
@@ -87,6 +90,7 @@ class VersionQueue:
         self.policy = policy_for(config)
         self.instances = max(1, instances)
         self.levels = config.priority_levels()
+        self._unbounded = config.decoupled
 
     def add(self, header: RequestHeader, stream: bytes, entry_id: bytes, data: bytes) -> None:
         if self._pending.add(header, stream, entry_id, data):
@@ -100,6 +104,8 @@ class VersionQueue:
 
     @property
     def _limit(self) -> int:
+        if self._unbounded:
+            return 1 << 30
         return self.instances * (1 + self._per_instance)
 
     async def run(self) -> None:

@@ -54,11 +54,20 @@ PYTHON_MODELS = [
     "simple_string",
     "simple_identity",
     "repeat_int32",
-    "simple_sequence",
-    "simple_dyna_sequence",
+    "square_int32",
     "simple_string_dyna_sequence",
 ]
-ONNX_MODELS = ["simple", "simple_int8", "custom_identity_int32", "mlp", "add_sub", "mlp_cached"]
+# The model-control meshes take the first ones of this list (keep its head in this order).
+ONNX_MODELS = [
+    "simple",
+    "simple_int8",
+    "custom_identity_int32",
+    "mlp",
+    "add_sub",
+    "mlp_cached",
+    "simple_sequence",
+    "simple_dyna_sequence",
+]
 
 
 def write_repository(path: Path, onnx: list[str], python: list[str]) -> None:

@@ -76,6 +76,11 @@ class Reply(msgspec.Struct, array_like=True, frozen=True):
     error: str = ""
     timing: Timing = Timing()
     worker: str = ""
+    # A request gets zero or more frames and exactly one final one (``final``), numbered
+    # gap-free from 0 (``seq``); an ordinary model sends one frame, seq 0, final. A decoupled
+    # model's flags-only final is a frame with no outputs. A frame with ``error_code`` is final.
+    seq: int = 0
+    final: bool = True
 
 
 class Batch(msgspec.Struct, array_like=True, frozen=True):

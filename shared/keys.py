@@ -94,6 +94,25 @@ def admitted(model: str, request_id: str) -> str:
     return f"{_model(model)}:admitted:{request_id}"
 
 
+def cancel(model: str, request_id: str) -> str:
+    """STRING "1" set by a gateway when the client of a request disconnects or cancels (expires
+    60 s after the request's deadline): schedulers and workers never start it, a running
+    decoupled model sees ``is_cancelled()``."""
+    return f"{_model(model)}:cancel:{request_id}"
+
+
+def cancel_children(model: str, request_id: str) -> str:
+    """SET of ``"<model>\x00<request id>"`` sub-requests (ensemble steps, BLS) cancelled with
+    the request."""
+    return f"{_model(model)}:cancel:{request_id}:children"
+
+
+def cancel_channel() -> str:
+    """Pub/sub channel on which gateways announce each cancelled request
+    (``<model>\x00<request id>``); workers drop such requests without asking Redis."""
+    return f"{PREFIX}:cancelled"
+
+
 def dead_letters(model: str) -> str:
     """STREAM of the model's entries that could not be decoded or executed within the delivery
     bound (request and batch entries alike), each with the reason; capped."""

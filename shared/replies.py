@@ -2,6 +2,10 @@
 
 Replies arrive on this process's own stream. Delivery upstream is at-least-once, so a reply for
 a request that is no longer waiting (answered already, or timed out) is ignored.
+
+A streamed request (``expect_stream``) gets its frames in ``seq`` order through a
+:class:`shared.reply_stream.ReplyStream`, whatever order they arrive in; a frame seen before
+(a redelivery) is dropped there.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import redis.asyncio as aioredis
 
 from shared import keys, redis_conn
 from shared.envelope import Reply, decode_replies
+from shared.reply_stream import ReplyStream
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +27,7 @@ class ReplyRouter:
         self.stream = keys.reply_stream(owner_id)
         self._redis_url = redis_url
         self._pending: dict[str, asyncio.Future[Reply]] = {}
+        self._streams: dict[str, ReplyStream] = {}
         self.duplicates = 0
 
     def expect(self, request_id: str) -> asyncio.Future[Reply]:
@@ -32,9 +38,21 @@ class ReplyRouter:
     def forget(self, request_id: str) -> None:
         self._pending.pop(request_id, None)
 
+    def expect_stream(self, request_id: str) -> ReplyStream:
+        stream = ReplyStream(request_id)
+        self._streams[request_id] = stream
+        return stream
+
+    def forget_stream(self, request_id: str) -> None:
+        self._streams.pop(request_id, None)
+
+    def streams(self) -> list[ReplyStream]:
+        """The streams waiting for frames (for the watch on their workers' liveness)."""
+        return list(self._streams.values())
+
     @property
     def in_flight(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + len(self._streams)
 
     async def run(self) -> None:
         client: aioredis.Redis = redis_conn.dedicated(self._redis_url, name="conch-gateway-replies")
@@ -69,6 +87,10 @@ class ReplyRouter:
             return
         for reply in replies:
             future = self._pending.pop(reply.id, None)
+            if future is None and (stream := self._streams.get(reply.id)) is not None:
+                if not stream.offer(reply):
+                    self.duplicates += 1
+                continue
             if future is None or future.done():
                 self.duplicates += 1
                 log.debug("reply for a request no longer waiting", extra={"request": reply.id})

@@ -78,11 +78,36 @@ class Execution:
     compute_output_ns: int = 0
 
 
+class FrameSink(abc.ABC):
+    """Where a decoupled model's responses go, each as it is sent (callable from any thread).
+
+    Every request gets exactly one ``final`` call (with outputs, with nothing, or with an
+    error, which also ends it); calls for a request after its final are ignored."""
+
+    @abc.abstractmethod
+    def send(
+        self,
+        request_id: str,
+        outputs: dict[str, np.ndarray] | None,
+        error: ConchError | None,
+        final: bool,
+    ) -> None: ...
+
+
 class ModelInstance(abc.ABC):
     """One loaded copy of a model version; ``execute`` runs in a worker thread."""
 
     @abc.abstractmethod
     def execute(self, requests: list[ModelRequest]) -> Execution: ...
+
+    def execute_decoupled(self, requests: list[ModelRequest], sink: FrameSink) -> Execution:
+        """A decoupled model's execute: responses go to ``sink`` as they are sent, also after
+        this returns (the results of the returned Execution are not used). Only backends that
+        serve ``model_transaction_policy { decoupled: true }`` implement it."""
+        raise ConchError(ErrorCode.UNSUPPORTED, "this backend does not serve decoupled models")
+
+    def cancel(self, request_ids: list[str]) -> None:  # noqa: B027 - optional hook
+        """These running requests were cancelled: a decoupled model sees ``is_cancelled()``."""
 
     def warmup(self) -> None:  # noqa: B027 - optional hook
         """Run the config's model_warmup samples; the version is READY only after this."""

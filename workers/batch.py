@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -28,12 +29,15 @@ from shared import envelope, keys, metrics, sequence_params, streams, tensors, t
 from shared.envelope import InferRequest, Reply, Timing
 from shared.errors import ConchError, ErrorCode
 from shared.fencing import queue_fenced_ack
-from shared.model_config import ModelConfig
 from shared.publish import queue_replies
 from workers import poison
 from workers.backend import ModelInstance, ModelRequest
+from workers.cancel_check import drop_cancelled
+from workers.cancel_listener import CancelledRequests
 from workers.loader import LoadedVersion
 from workers.settings import WorkerSettings
+from workers.stream_batch import StreamBatch
+from workers.stream_sink import output_datatype
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,8 @@ class BatchProcessor:
         self.executor: ThreadPoolExecutor | None = None
         # Instance (by identity) -> its execution running on the pool.
         self._running: dict[int, concurrent.futures.Future[object]] = {}
+        # Requests cancelled by their clients, as announced (``workers.cancel_listener``).
+        self.cancelled = CancelledRequests()
 
     async def wait_idle(
         self, instances: list[ModelInstance], timeout_s: float | None = None
@@ -67,7 +73,9 @@ class BatchProcessor:
 
     async def process(
         self, loaded: LoadedVersion, instance: ModelInstance, entry: streams.Entry
-    ) -> None:
+    ) -> asyncio.Task[None] | None:
+        """For a decoupled model: returns once ``execute`` did, with the task that finishes its
+        streams and acks the batch (``workers.stream_batch``)."""
         name, version = loaded.name, loaded.version
         if entry.deliveries > self._settings.max_deliveries:
             await poison.dead_letter(
@@ -96,11 +104,14 @@ class BatchProcessor:
                 self._redis, name, version, entry, self._id, "batch could not be decoded"
             )
             return
+        if entry.deliveries > 1:
+            metrics.child(metrics.REDELIVERED, "worker", name, version).inc()
+        if loaded.model.config.decoupled:
+            streaming = StreamBatch(self._redis, self._id, loaded, instance, entry)
+            return await streaming.start(requests, batch.queue_ns, self._submit)
         now_ms = time.time() * 1000
         replies: list[tuple[str, Reply]] = []
         runnable: list[tuple[int, InferRequest]] = []
-        if entry.deliveries > 1:
-            metrics.child(metrics.REDELIVERED, "worker", name, version).inc()
         for index, request in enumerate(requests):
             if now_ms >= request.deadline_ms:
                 replies.append(
@@ -116,7 +127,10 @@ class BatchProcessor:
             else:
                 runnable.append((index, request))
         stats: dict[str, int] = {}
-        unrun = len(requests) - len(runnable)
+        runnable = await drop_cancelled(
+            self._redis, name, now_ms, runnable, replies, stats, self.cancelled
+        )
+        unrun = len(requests) - len(runnable) - stats.get("cancel_count", 0)
         if runnable:
             replies.extend(await self._execute(loaded, instance, batch.queue_ns, runnable, stats))
         if unrun:  # expired: failures, as Triton counts them (and the stats hash)
@@ -148,8 +162,24 @@ class BatchProcessor:
             metrics.record_batch(name, version, stats)
         if unrun:
             metrics.record_failures(name, version, metrics.REJECTED, unrun)
+        if stats.get("cancel_count"):
+            metrics.record_failures(name, version, metrics.CANCELED, stats["cancel_count"])
         if tracing.ENABLED:
             _trace_requests("conch.worker.reply", enumerate(requests), published_ns, self._id)
+        return None
+
+    async def _submit(self, instance: ModelInstance, run: Any, *args: Any) -> Any:
+        """Run ``run(*args)`` on the pool, tracked as this instance's execution."""
+        assert self.executor is not None, "the service sizes the executor before serving"
+        running = self.executor.submit(run, *args)
+        self._running[id(instance)] = running
+
+        def finished(done: concurrent.futures.Future[object]) -> None:  # on the pool's thread
+            if self._running.get(id(instance)) is done:
+                del self._running[id(instance)]
+
+        running.add_done_callback(finished)
+        return await asyncio.wrap_future(running)
 
     async def _execute(
         self,
@@ -215,7 +245,9 @@ class BatchProcessor:
             else:
                 try:
                     outputs = [
-                        tensors.from_numpy(name, result.outputs[name], _datatype(config, name))
+                        tensors.from_numpy(
+                            name, result.outputs[name], output_datatype(config, name)
+                        )
                         for name in (request.outputs or config.output_names)
                     ]
                 except (KeyError, ValueError) as exc:
@@ -269,8 +301,3 @@ def _trace_requests(
     for _, request in requests:
         if request.trace:
             tracing.record(name, request.trace, started_ns, ended_ns, {"worker": worker})
-
-
-def _datatype(config: ModelConfig, name: str) -> str | None:
-    spec = config.output(name)
-    return spec.datatype if spec is not None else None

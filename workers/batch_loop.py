@@ -84,7 +84,11 @@ class BatchLoop:
                     lane.held.add(entry.entry_id)
                     await self._process_or_retry(loaded, instance, entry, lane)
         finally:
-            await client.aclose()
+            try:
+                if lane.streaming:  # open streams end first (the drain timeout bounds it)
+                    await asyncio.wait(list(lane.streaming))
+            finally:
+                await client.aclose()
 
     async def _process_or_retry(
         self, loaded: LoadedVersion, instance: ModelInstance, entry: streams.Entry, lane: Lane
@@ -93,7 +97,7 @@ class BatchLoop:
         pending in Redis; it is tried again here, counted as a delivery, so one that keeps
         failing is answered with errors and dead-lettered after max_deliveries."""
         try:
-            await self._process(loaded, instance, entry)
+            streaming = await self._process(loaded, instance, entry)
         except asyncio.CancelledError:
             raise
         except REDIS_UNREACHABLE as exc:
@@ -113,7 +117,12 @@ class BatchLoop:
             await asyncio.sleep(0.2)
             lane.put(dataclasses.replace(entry, deliveries=entry.deliveries + 1))
             return
-        lane.held.discard(entry.entry_id)
+        if streaming is None:
+            lane.held.discard(entry.entry_id)
+        else:  # a decoupled batch stays in hand until its streams ended and it is acked
+            lane.streaming.add(streaming)
+            streaming.add_done_callback(lambda _: lane.held.discard(entry.entry_id))
+            streaming.add_done_callback(lane.streaming.discard)
 
     async def _recover_own(self, stream: str, lane: Lane) -> bool:
         """Batches pending under this worker that no loop has in hand go to the lane; those

@@ -23,6 +23,8 @@ class Lane:
     held: set[bytes] = field(default_factory=set)
     # Set when the version stops being served: each loop finishes its batch and returns.
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    # Decoupled batches whose streams are still open (``workers.stream_batch``).
+    streaming: set[asyncio.Task[None]] = field(default_factory=set)
 
     def put(self, entry: streams.Entry) -> None:
         self.held.add(entry.entry_id)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from shared import heartbeats, log_settings, metrics, readiness, redis_conn, repository
 from shared.health_http import HealthServer
+from workers import cancel_listener
 from workers.backend import Backend, ModelInstance
 from workers.backend_table import load_backend
 from workers.batch import BatchProcessor
@@ -89,6 +90,10 @@ class WorkerService:
             self._batches.executor = ThreadPoolExecutor(  # headroom for versions loaded at runtime
                 max_workers=max(64, total), thread_name_prefix="exec"
             )
+            cancels = asyncio.create_task(
+                cancel_listener.follow(self.settings.redis_url, self._batches.cancelled),
+                name="cancels",
+            )
             for version in list(versions.loaded.values()):
                 versions.serve(version)
             await versions.announce()
@@ -103,6 +108,7 @@ class WorkerService:
                 asyncio.create_task(
                     log_settings.follow(self.settings.redis_url), name="log-settings"
                 ),
+                cancels,
             ]
             self.ready.set()
             log.info(

@@ -141,6 +141,12 @@ REJECTED_REQUESTS = Counter(
     "(rate_limited, unauthenticated, forbidden, no_worker, queue_full)",
     ("tenant", "model", "reason"),
 )
+CLIENT_CANCELLATIONS = Counter(
+    "conch_requests_cancelled",
+    "Requests whose client disconnected, cancelled or stopped reading before the last "
+    "response (counted by the gateway that marked them cancelled)",
+    ("model",),
+)
 RECLAIMED = Counter(
     "conch_stream_entries_reclaimed",
     "Stream entries taken over from a dead consumer (stage: scheduler or worker)",

@@ -12,6 +12,7 @@ from typing import Any
 from shared.metrics.families import (
     BACKEND,
     BATCH_SIZE,
+    CLIENT_CANCELLATIONS,
     COMPUTE_INFER_US,
     COMPUTE_INPUT_US,
     COMPUTE_OUTPUT_US,
@@ -120,6 +121,11 @@ def record_rejected(tenant: str | None, model: str, reason: str) -> None:
     registry aggregates).
     """
     child(REJECTED_REQUESTS, tenant or "anonymous", model, reason).inc()
+
+
+def record_client_cancel(model: str) -> None:
+    """A gateway marked a request cancelled (its client went away or cancelled)."""
+    child(CLIENT_CANCELLATIONS, model).inc()
 
 
 def record_request(model: str, version: int, arm: str, code: str, seconds: float) -> None:

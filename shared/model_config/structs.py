@@ -108,6 +108,12 @@ class ModelConfig(msgspec.Struct, frozen=True):
         return None
 
     @property
+    def decoupled(self) -> bool:
+        """``model_transaction_policy { decoupled: true }``: zero or more responses a request."""
+        policy = self.json.get("model_transaction_policy") or {}
+        return bool(policy.get("decoupled", False))
+
+    @property
     def instance_count(self) -> int:
         return sum(group.count for group in self.instance_groups) or 1
 

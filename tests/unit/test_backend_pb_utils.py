@@ -79,3 +79,25 @@ def test_dlpack_round_trip_and_logger(caplog: pytest.LogCaptureFixture) -> None:
         pb_utils.Logger.log_info("hello")
         pb_utils.Logger.log("warned", pb_utils.Logger.WARNING)
     assert [r.getMessage() for r in caplog.records] == ["hello", "warned"]
+
+
+def test_response_sender_rules() -> None:
+    """Triton's sender: closed by the final flag, None only with it; only decoupled requests
+    have one."""
+    sent: list[tuple[str, object, bool]] = []
+    sender = pb_utils.InferenceResponseSender(
+        "r", lambda rid, resp, final: sent.append((rid, resp, final)), lambda rid: rid == "r"
+    )
+    with pytest.raises(pb_utils.TritonModelException, match="cannot be None"):
+        sender.send()
+    response = pb_utils.InferenceResponse()
+    sender.send(response)
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert sent == [("r", response, False), ("r", None, True)]
+    assert sender.is_closed() and sender.is_cancelled()
+    with pytest.raises(pb_utils.TritonModelException, match="has been closed"):
+        sender.send(response)
+    with pytest.raises(pb_utils.TritonModelException, match="decoupled: true"):
+        pb_utils.InferenceRequest().get_response_sender()
+    with pytest.raises(pb_utils.TritonModelException, match="not supported by Conch yet"):
+        pb_utils.InferenceRequest().exec(decoupled=True)

@@ -23,7 +23,15 @@ import numpy as np
 from shared import datatypes
 from shared.errors import ConchError, ErrorCode
 from shared.model_config import ModelConfig
-from workers.backend import Backend, Execution, LoadSpec, ModelInstance, ModelRequest, ModelResult
+from workers.backend import (
+    Backend,
+    Execution,
+    FrameSink,
+    LoadSpec,
+    ModelInstance,
+    ModelRequest,
+    ModelResult,
+)
 from workers.python import custom_metrics, ipc, stub
 from workers.python.model_process import CONTEXT, ModelProcess, ModelProcessDied, exit_text
 
@@ -130,7 +138,9 @@ class PythonModelInstance(ModelInstance):
             "log_format": os.environ.get("CONCH_LOG_FORMAT", "json"),
         }
         self.name = self._init["args"]["model_instance_name"]
-        self._process: ModelProcess | None = ModelProcess(self._init, self.start_timeout_s)
+        # A decoupled model's open streams: request id -> where its frames go.
+        self._sinks: dict[str, FrameSink] = {}
+        self._process: ModelProcess | None = self._new_process()
         self.custom_metrics = self._process.custom_metrics
         INSTANCES.add(self)
 
@@ -139,6 +149,51 @@ class PythonModelInstance(ModelInstance):
         """The model process's id (changes when the instance restarts)."""
         process = self._process
         return process.pid if process else None
+
+    def _new_process(self) -> ModelProcess:
+        if not self.config.decoupled:
+            return ModelProcess(self._init, self.start_timeout_s)
+        return ModelProcess(self._init, self.start_timeout_s, self._on_frame, self._on_exit)
+
+    def _on_frame(self, message: tuple[Any, ...]) -> None:
+        """A decoupled model's response, on the process's reader thread."""
+        _, request_id, outputs, error, final = message
+        sink = self._sinks.pop(request_id, None) if final else self._sinks.get(request_id)
+        if sink is None:
+            return
+        problem = ConchError(ErrorCode(error[0]), error[1]) if error else None
+        arrays = {n: self._coerce(n, a) for n, a in outputs.items()} if outputs else None
+        sink.send(request_id, arrays, problem, final)
+
+    def _on_exit(self, how: str) -> None:
+        """The process died: every stream still open ends with the cause."""
+        if self._closed:
+            return
+        sinks, self._sinks = self._sinks, {}
+        error = ConchError(
+            ErrorCode.UNAVAILABLE,
+            f"python model '{self.config.name}' instance '{self.name}': {how} while streaming "
+            "responses; the stream ended",
+        )
+        for request_id, sink in sinks.items():
+            sink.send(request_id, None, error, True)
+
+    def execute_decoupled(self, requests: list[ModelRequest], sink: FrameSink) -> Execution:
+        for request in requests:
+            self._sinks[request.id] = sink
+        execution = self.execute(requests)
+        for request, result in zip(requests, execution.results, strict=True):
+            if result.error is not None and self._sinks.pop(request.id, None) is not None:
+                sink.send(request.id, None, result.error, True)
+        return execution
+
+    def cancel(self, request_ids: list[str]) -> None:
+        process = self._process
+        if process is not None:
+            try:
+                process.send(("cancel", request_ids))
+            except Exception:  # the process is gone: its streams end with that
+                log.debug("cancel not delivered to %s", self.name)
 
     def execute(self, requests: list[ModelRequest]) -> Execution:
         payload = [
@@ -174,6 +229,8 @@ class PythonModelInstance(ModelInstance):
                     "the instance is restarting, retry the request",
                 )
                 return Execution([ModelResult(error=error) for _ in requests])
+        if self.config.decoupled:  # the responses went to the sinks
+            return Execution([ModelResult() for _ in requests], 0, infer_ns, 0)
         return Execution([self._result(reply) for reply in replies], 0, infer_ns, 0)
 
     def _start(self) -> ModelProcess:
@@ -181,7 +238,7 @@ class PythonModelInstance(ModelInstance):
         if self._closed:
             raise ConchError(ErrorCode.UNAVAILABLE, f"model instance '{self.name}' is unloaded")
         self.restarts += 1
-        self._process = ModelProcess(self._init, self.start_timeout_s)
+        self._process = self._new_process()
         self.custom_metrics = self._process.custom_metrics
         return self._process
 

@@ -2,12 +2,19 @@
 
 A death of the process while the worker waits (``os._exit``, a signal) reads as
 :class:`ModelProcessDied`, naming how it exited.
+
+A decoupled model's process sends response frames at any time (``stub_decoupled``): for it a
+reader thread hands each frame to ``on_frame`` as it arrives and queues the other answers for
+``call``/``stop``; ``on_exit`` hears how the process ended, so that open streams end with it.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue
 import signal
+import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -25,7 +32,15 @@ class ModelProcessDied(Exception):
 class ModelProcess:
     """One spawned stub process and the worker's end of its pipe."""
 
-    def __init__(self, init: dict[str, Any], start_timeout_s: float):
+    def __init__(
+        self,
+        init: dict[str, Any],
+        start_timeout_s: float,
+        on_frame: Callable[[Any], None] | None = None,
+        on_exit: Callable[[str], None] | None = None,
+    ):
+        self._inbox: queue.Queue[Any] | None = None
+        self._send_lock = threading.Lock()
         conn, child_conn = CONTEXT.Pipe(duplex=True)
         self.name = init["args"]["model_instance_name"]
         self.conn: Connection = conn
@@ -47,12 +62,54 @@ class ModelProcess:
         self.pid: int = reply[1]
         # The model's custom metrics as of initialize (pb_utils.MetricFamily), if any.
         self.custom_metrics: list[dict[str, Any]] | None = reply[2] if len(reply) > 2 else None
+        if on_frame is not None:
+            self._inbox = queue.Queue()
+            threading.Thread(
+                target=self._read,
+                args=(on_frame, on_exit),
+                name=f"frames-{self.name}",
+                daemon=True,
+            ).start()
 
     def call(self, message: Any) -> Any:
-        ipc_send(self.conn, message)
+        self.send(message)
         return self._wait(None, "execute")
 
+    def send(self, message: Any) -> None:
+        """Send one message (from any thread)."""
+        with self._send_lock:
+            ipc_send(self.conn, message)
+
+    def _read(self, on_frame: Callable[[Any], None], on_exit: Callable[[str], None] | None) -> None:
+        assert self._inbox is not None
+        while True:
+            try:
+                message = ipc.recv(self.conn)
+            except (EOFError, OSError):
+                break
+            if message[0] == "frame":
+                on_frame(message)
+            else:
+                self._inbox.put(message)
+        self.process.join(5)
+        how = f"the model process {exit_text(self.process)}"
+        self._inbox.put(("died", how))
+        if on_exit is not None:
+            on_exit(how)
+
     def _wait(self, timeout_s: float | None, phase: str) -> Any:
+        if self._inbox is not None:
+            try:
+                message = self._inbox.get(timeout=timeout_s)
+            except queue.Empty:
+                self.stop(0)
+                raise ModelProcessDied(
+                    f"no answer to {phase} within {timeout_s:.0f} s; stopped it"
+                ) from None
+            if message[0] == "died":
+                self._inbox.put(message)  # every later wait hears it too
+                raise ModelProcessDied(f"{message[1]} during {phase}")
+            return message
         ready = wait([self.conn, self.process.sentinel], timeout_s)
         if self.conn in ready:
             try:
@@ -68,7 +125,13 @@ class ModelProcess:
     def stop(self, finalize_timeout_s: float) -> str | None:
         """Ask for finalize (when a timeout is given), then make sure the process is gone."""
         error = None
-        if finalize_timeout_s > 0 and self.process.is_alive():
+        if finalize_timeout_s > 0 and self.process.is_alive() and self._inbox is not None:
+            try:
+                self.send(("finalize", None))
+                _, error = self._wait(finalize_timeout_s, "finalize")
+            except ModelProcessDied as exc:
+                error = str(exc)
+        elif finalize_timeout_s > 0 and self.process.is_alive():
             try:
                 ipc_send(self.conn, ("finalize", None))
                 if self.conn.poll(finalize_timeout_s):

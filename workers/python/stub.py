@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import inspect
+import json
 import logging
 import os
 import signal
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.python import bls_caller, ipc
+from workers.python import bls_caller, ipc, stub_decoupled
 
 UTILS_DIR = str(Path(__file__).resolve().parent)
 
@@ -50,11 +51,24 @@ def main(conn: Connection, init: dict[str, Any]) -> None:
         return
     import pb_metrics  # beside pb_utils, importable once _load has set the path
 
+    config = json.loads(init["args"]["model_config"])
+    link = None
+    if pb_utils.using_decoupled_model_transaction_policy(config):
+        link = stub_decoupled.Link(conn)  # responses from any thread; cancels at any time
+        recv, send = link.recv, link.send
+    else:
+
+        def recv() -> Any:
+            return ipc.recv(conn)
+
+        def send(message: Any) -> None:
+            ipc.send(conn, message)
+
     seen, families = pb_metrics.snapshot(0)
-    ipc.send(conn, ("ready", os.getpid(), families))
+    send(("ready", os.getpid(), families))
     while True:
         try:
-            message = ipc.recv(conn)
+            message = recv()
         except (EOFError, OSError):
             return  # the worker is gone; nothing left to answer
         op, payload = message[0], message[1]
@@ -62,10 +76,17 @@ def main(conn: Connection, init: dict[str, Any]) -> None:
             if len(message) > 2 and message[2] != logging.getLogger().level:
                 logging.getLogger().setLevel(message[2])  # the fleet's level changed
             t0 = time.perf_counter_ns()
-            replies = _execute(pb_utils, model, init["args"]["model_name"], payload)
+            name = init["args"]["model_name"]
+            if link is None:
+                replies = _execute(pb_utils, model, name, payload)
+            else:
+                replies = []
+                requests = [_request(pb_utils, name, item) for item in payload]
+                bls_caller.current = _batch_caller(payload)
+                stub_decoupled.execute(pb_utils, model, link, requests, _await, _describe)
             elapsed = time.perf_counter_ns() - t0
             seen, families = pb_metrics.snapshot(seen)
-            ipc.send(conn, ("results", replies, elapsed, families))
+            send(("results", replies, elapsed, families))
         elif op == "finalize":
             error = None
             if hasattr(model, "finalize"):
@@ -73,7 +94,7 @@ def main(conn: Connection, init: dict[str, Any]) -> None:
                     model.finalize()
                 except Exception as exc:
                     error = _describe(exc)
-            ipc.send(conn, ("finalized", error))
+            send(("finalized", error))
             return
 
 
@@ -159,13 +180,18 @@ def _load(init: dict[str, Any]) -> tuple[ModuleType, Any]:
     return pb_utils, model
 
 
+def _batch_caller(payload: list[Any]) -> Any:
+    """Who the batch's BLS calls act for: its requests' priority, tenant and deadline."""
+    return bls_caller.batch_caller(
+        [bls_caller.Caller(*item[6]) for item in payload if len(item) > 6]
+    )
+
+
 def _execute(pb_utils: ModuleType, model: Any, model_name: str, payload: list[Any]) -> list[Reply]:
     """Run execute on the batch; when it raises, run each request alone so that only the
     request that caused the exception fails (Triton would fail the whole batch)."""
     requests = [_request(pb_utils, model_name, item) for item in payload]
-    bls_caller.current = bls_caller.batch_caller(
-        [bls_caller.Caller(*item[6]) for item in payload if len(item) > 6]
-    )
+    bls_caller.current = _batch_caller(payload)
     try:
         return _run(pb_utils, model, requests)
     except Exception as exc:
@@ -199,7 +225,8 @@ def _run(pb_utils: ModuleType, model: Any, requests: list[Any]) -> list[Reply]:
         got = "None" if responses is None else f"{len(responses)} responses"
         raise pb_utils.TritonModelException(
             f"execute returned {got} for {len(requests)} requests; expected one response each "
-            "(decoupled models are not supported)"
+            "(a model that answers through response senders needs model_transaction_policy "
+            "{ decoupled: true })"
         )
     return [_reply(pb_utils, req, resp) for req, resp in zip(requests, responses, strict=True)]
 
@@ -227,15 +254,7 @@ def _reply(pb_utils: ModuleType, request: Any, response: Any) -> Reply:
     return ("ok", outputs)
 
 
-def _host_array(array: np.ndarray) -> np.ndarray:
-    """BYTES outputs leave as object arrays of bytes, whatever string form the model used."""
-    if array.dtype.kind not in "OSU":
-        return np.ascontiguousarray(array)
-    if array.dtype == object and all(isinstance(x, bytes) for x in array.flat):
-        return array
-    encoded = np.empty(array.size, dtype=object)
-    encoded[:] = [bytes(x) if isinstance(x, bytes) else str(x).encode("utf-8") for x in array.flat]
-    return encoded.reshape(array.shape)
+_host_array = stub_decoupled.host_array
 
 
 def _error_reply(pb_utils: ModuleType, exc: BaseException) -> Reply:

@@ -12,8 +12,12 @@ copy of every class (``isinstance`` checks on responses hold).
 ``MetricFamily``/``Metric`` (custom metrics) and ``ModelConfig`` (``auto_complete_config``) live
 in the sibling modules ``pb_metrics`` and ``pb_model_config``.
 
-Not provided (they raise :class:`TritonModelException` saying so): BLS (``InferenceRequest.exec``),
-decoupled response senders, and model control (``load_model``/``unload_model``).
+Decoupled models (``model_transaction_policy { decoupled: true }``) answer through
+``request.get_response_sender()``: the model process gives each request an
+:class:`InferenceResponseSender` whose ``send`` goes to the worker at once (``stub_decoupled``).
+
+Not provided (they raise :class:`TritonModelException` saying so): BLS (``InferenceRequest.exec``)
+and model control (``load_model``/``unload_model``).
 """
 
 from __future__ import annotations
@@ -193,6 +197,9 @@ class InferenceRequest:
         self._timeout = timeout
         self._model_version = model_version
         self._parameters = _json(parameters)
+        # Set by the model process for a request it received (not for a BLS request).
+        self._sender: InferenceResponseSender | None = None
+        self._cancelled: Any = None
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -223,13 +230,20 @@ class InferenceRequest:
         return self._model_name
 
     def is_cancelled(self) -> bool:
-        return False
+        """True once the client disconnected or cancelled (decoupled models see it while they
+        run; other requests are checked before they run)."""
+        return bool(self._cancelled and self._cancelled(self._request_id))
 
     def trace(self) -> None:
         return None
 
-    def get_response_sender(self) -> Any:
-        raise TritonModelException("decoupled models are not supported by Conch's python backend")
+    def get_response_sender(self) -> InferenceResponseSender:
+        if self._sender is None:
+            raise TritonModelException(
+                "get_response_sender is only available for requests of a model with "
+                "model_transaction_policy { decoupled: true }"
+            )
+        return self._sender
 
     def exec(self, decoupled: bool = False) -> InferenceResponse:
         """BLS: run this request on ``model_name`` through the mesh (``workers.python.bls_client``)
@@ -305,6 +319,40 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
 
     version = int(model_version) if str(model_version).strip() else -1
     return bls_client.client().is_model_ready(model_name, version)
+
+
+class InferenceResponseSender:
+    """Sends the responses of one request of a decoupled model, from any thread, also after
+    ``execute`` returned; ``TRITONSERVER_RESPONSE_COMPLETE_FINAL`` closes it."""
+
+    def __init__(self, request_id: str, emit: Any, cancelled: Any):
+        self._request_id = request_id
+        self._emit = emit  # (request_id, response | None, final) -> None
+        self._cancelled = cancelled
+        self._closed = False
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if self._closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if response is None and not final:
+            raise TritonModelException(
+                "Inference Response object cannot be None unless flags is "
+                "TRITONSERVER_RESPONSE_COMPLETE_FINAL"
+            )
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(
+                f"send expects a pb_utils.InferenceResponse, got {type(response).__name__}"
+            )
+        if final:
+            self._closed = True
+        self._emit(self._request_id, response, final)
+
+    def is_cancelled(self) -> bool:
+        return bool(self._cancelled(self._request_id))
+
+    def is_closed(self) -> bool:
+        return self._closed
 
 
 class LogLevel:

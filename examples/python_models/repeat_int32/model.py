@@ -4,6 +4,9 @@ For each element ``IN[i]`` it waits ``DELAY[i]`` milliseconds and sends one resp
 ``OUT = [IN[i]]`` and ``IDX = [i]``; after the last one it waits ``WAIT[0]`` milliseconds and
 closes the response stream with the final flag. Triton's ``simple_grpc_custom_repeat.py`` streams
 it over gRPC ``ModelStreamInfer``.
+
+A cancelled request (the client disconnected or cancelled) stops before its next response; the
+model logs ``repeat_int32 cancelled <request id> after <n> responses`` (its own record of it).
 """
 
 import time
@@ -23,6 +26,11 @@ class TritonPythonModel:
             wait_ms = int(wait.as_numpy().reshape(-1)[0]) if wait is not None else 0
             for index, value in enumerate(values):
                 time.sleep(int(delays[index]) / 1000 if index < len(delays) else 0)
+                if sender.is_cancelled():
+                    pb_utils.Logger.log_info(
+                        f"repeat_int32 cancelled {request.request_id()} after {index} responses"
+                    )
+                    break
                 sender.send(
                     pb_utils.InferenceResponse(
                         output_tensors=[
@@ -31,6 +39,7 @@ class TritonPythonModel:
                         ]
                     )
                 )
-            time.sleep(wait_ms / 1000)
+            else:
+                time.sleep(wait_ms / 1000)
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
