@@ -144,6 +144,11 @@ class TenantTable:
     async def run(self) -> None:
         await periodic.every(self._interval, self.refresh, "tenant table")
 
+    def keyless(self) -> bool:
+        """No API key is registered and anonymous inference is on: a key a client must send
+        anyway (the ``openai`` client always sends one) identifies nobody, and is ignored."""
+        return self.allow_anonymous and not self.owners
+
     def identify(self, authorization: str | None) -> Tenant | None:
         """The calling tenant: 401 for an unknown or revoked key, or a missing one where
         anonymous inference is off. None: anonymous and unrestricted."""

@@ -16,9 +16,9 @@ import time
 import redis.asyncio as aioredis
 
 from gateway.cancellation import cancel_request
-from gateway.replies import ReplyRouter
 from shared import envelope, heartbeats
 from shared.errors import ErrorCode
+from shared.replies import ReplyRouter
 
 log = logging.getLogger(__name__)
 

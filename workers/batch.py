@@ -4,13 +4,9 @@ A batch delivered more than ``max_deliveries`` times, or one that does not decod
 with errors and dead-lettered (``workers.poison``), checked before decoding. A request runs only
 if its deadline has not passed; the others are answered with an error and counted as failures,
 as Triton counts them. The replies, then one fenced script (``shared.fencing``: still ours? ack,
-delete, count the statistics, announce the finished batch) go out in one round trip after
-execution: a batch is acked only once its replies are published, and a worker that lost the
-batch to another while it was frozen has its ack and statistics dropped (counted as a late
-result); the gateway keeps the first reply per request.
-
-Executions run on a thread pool; which instance is executing is tracked so that an instance is
-never unloaded while ``execute`` still runs on its thread (``wait_idle``).
+count, announce) go out in one round trip: a batch is acked only once its replies are published,
+and a worker that lost the batch while frozen has its ack and statistics dropped. Executions run
+on a thread pool; an instance is never unloaded while ``execute`` runs on it (``wait_idle``).
 """
 
 from __future__ import annotations

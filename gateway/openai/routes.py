@@ -117,7 +117,11 @@ async def _generate(
         infer_stream = getattr(dataplane, "infer_stream", None)
         if infer_stream is None:
             raise ConchError(ErrorCode.UNSUPPORTED, "this gateway cannot stream responses yet")
-        caller = Caller(request.headers.get("authorization"), request.headers.get(ROUTE_KEY_HEADER))
+        # OpenAI clients always send a key; a mesh with no keys at all serves them anonymously.
+        authorization = request.headers.get("authorization")
+        if dataplane.admission.tenants.keyless():
+            authorization = None
+        caller = Caller(authorization, request.headers.get(ROUTE_KEY_HEADER))
         dataplane.in_flight.enter(generate.model)
     except (OpenAIError, ConchError) as exc:
         return _error(exc)
