@@ -10,38 +10,31 @@ second time (``shared.admission_script``, ``gateway.sequence_admission``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from gateway.errors import REDIS_ERRORS
+from shared.redis_retry import until_answered
 
 log = logging.getLogger(__name__)
 
-FIRST_PAUSE_S = 0.05
-LONGEST_PAUSE_S = 0.5
 # Stop retrying this long before the deadline, so the caller hears why (Redis) rather than a
 # timeout, and has time left to retry elsewhere.
 MARGIN_S = 0.1
 
 
 async def admit_within(admit: Callable[[], Awaitable[int]], deadline_ms: int, model: str) -> int:
-    """The admission script's answer; Redis connection errors retried with growing pauses while
-    the deadline allows, the last one raised (answered 503 by the protocol adapter)."""
-    pause, tries = FIRST_PAUSE_S, 0
-    while True:
-        try:
-            return await admit()
-        except REDIS_ERRORS as exc:
-            left_s = deadline_ms / 1000 - time.time() - MARGIN_S
-            if left_s < pause:
-                raise
-            tries += 1
-            if tries == 1:
-                log.warning(
-                    "redis unreachable at admission; retrying within the deadline",
-                    extra={"model": model, "error": str(exc), "left_s": round(left_s, 3)},
-                )
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, LONGEST_PAUSE_S)
+    """The admission script's answer; Redis connection errors retried while the deadline
+    allows, the last one raised (answered 503 by the protocol adapter)."""
+    bound_s = deadline_ms / 1000 - time.time() - MARGIN_S
+    warned: list[bool] = []
+
+    def warn_once(exc: Exception) -> None:
+        if not warned:
+            warned.append(True)
+            log.warning(
+                "redis unreachable at admission; retrying within the deadline",
+                extra={"model": model, "error": str(exc), "left_s": round(bound_s, 3)},
+            )
+
+    return await until_answered(admit, bound_s, warn_once)

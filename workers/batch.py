@@ -26,6 +26,7 @@ from shared.envelope import InferRequest, Reply, Timing
 from shared.errors import ConchError, ErrorCode
 from shared.fencing import queue_fenced_ack
 from shared.publish import queue_replies
+from shared.redis_retry import until_answered
 from workers import poison
 from workers.backend import ModelInstance, ModelRequest
 from workers.cancel_check import drop_cancelled
@@ -110,16 +111,7 @@ class BatchProcessor:
         runnable: list[tuple[int, InferRequest]] = []
         for index, request in enumerate(requests):
             if now_ms >= request.deadline_ms:
-                replies.append(
-                    (
-                        request.reply_to,
-                        _error(
-                            request,
-                            ErrorCode.UNAVAILABLE,
-                            "Request timeout expired: the deadline passed before execution",
-                        ),
-                    )
-                )
+                replies.append((request.reply_to, _error(request, ErrorCode.UNAVAILABLE, EXPIRED)))
             else:
                 runnable.append((index, request))
         stats: dict[str, int] = {}
@@ -132,20 +124,26 @@ class BatchProcessor:
         if unrun:  # expired: failures, as Triton counts them (and the stats hash)
             stats["fail_count"] = stats.get("fail_count", 0) + unrun
         published_ns = time.time_ns()
-        async with self._redis.pipeline(transaction=False) as pipe:
-            queue_replies(pipe, replies)
-            queue_fenced_ack(
-                pipe,
-                entry.stream,
-                keys.stats(name, version),
-                keys.WORKER_GROUP,
-                self._id,
-                entry.entry_id,
-                keys.batch_done_channel(name, version),
-                stats,
-                int(now_ms),
-            )
-            results = await pipe.execute()
+
+        async def publish_and_ack() -> list[Any]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                queue_replies(pipe, replies)
+                queue_fenced_ack(
+                    pipe,
+                    entry.stream,
+                    keys.stats(name, version),
+                    keys.WORKER_GROUP,
+                    self._id,
+                    entry.entry_id,
+                    keys.batch_done_channel(name, version),
+                    stats,
+                    int(now_ms),
+                )
+                return await pipe.execute()
+
+        # The batch ran: a Redis restart retries its replies and ack (up to the dead bound, when
+        # another worker may claim it anyway), never its execution.
+        results = await until_answered(publish_and_ack, self._settings.dead_bound_ms / 1000)
         if not results[-1]:
             # Claimed by another worker while this one was frozen: its outcome counts, not ours.
             metrics.record_late_result("worker", name, version)
@@ -281,6 +279,9 @@ class BatchProcessor:
             }
         )
         return replies
+
+
+EXPIRED = "Request timeout expired: the deadline passed before execution"
 
 
 def _error(request: InferRequest, code: ErrorCode | str, message: str) -> Reply:

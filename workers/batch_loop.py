@@ -18,11 +18,10 @@ import dataclasses
 import logging
 
 import redis.asyncio as aioredis
-from redis.exceptions import ClusterDownError, ResponseError, TryAgainError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import ResponseError
 
 from shared import keys, redis_conn, streams
+from shared.redis_retry import CONNECTION_ERRORS
 from workers.backend import ModelInstance
 from workers.batch import BatchProcessor
 from workers.lane import Lane
@@ -32,7 +31,7 @@ from workers.settings import WorkerSettings
 log = logging.getLogger(__name__)
 
 # Failures of Redis itself, not of the batch.
-REDIS_UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError)
+REDIS_UNREACHABLE = CONNECTION_ERRORS
 
 
 class BatchLoop:

@@ -192,3 +192,48 @@ async def test_a_batch_whose_read_answer_was_lost_is_recovered(
     assert proxy.cuts == 1
     assert [(r.id, r.error_code) for r in got] == [("lost-batch", "")]
     assert await _pending(aredis) == 0
+
+
+class _PublishFailsOnce:
+    """The worker's batch client, whose next pipeline fails with a connection error before a
+    byte is sent once ``armed`` (a Redis restarting between the execution and the ack)."""
+
+    def __init__(self, real: aioredis.Redis):
+        self.real = real
+        self.armed = False
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.real, name)
+
+    def pipeline(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        pipe = self.real.pipeline(*args, **kwargs)
+        if self.armed:
+            self.armed = False
+
+            async def refused(*_a, **_k):  # type: ignore[no-untyped-def]
+                raise redis.exceptions.ConnectionError("Connection refused (injected)")
+
+            pipe.execute = refused  # type: ignore[method-assign]
+        return pipe
+
+
+async def test_a_batch_that_ran_is_not_run_again_when_its_ack_meets_a_redis_outage(
+    workers, repository, aredis
+) -> None:
+    """The batch executed; Redis was restarting when its replies and ack went out. Before: the
+    failed write sent the batch back to the loop, which found it still pending for itself and
+    executed it again (seen twice in the 100,000-request soak, both at a Redis restart). Now the
+    replies and ack are retried, the execution never."""
+    worker = await start(workers, _url(aredis), repository)
+    client = _PublishFailsOnce(worker.service._batches._redis)
+    worker.service._batches._redis = client  # type: ignore[assignment]
+    worker.backend.gate.clear()
+    await aredis.xadd(BATCHES, {keys.FIELD_DATA: batch("ack-outage")})
+    assert await asyncio.to_thread(worker.backend.entered.wait, 5)
+    client.armed = True
+    worker.backend.gate.set()
+    got = await eventually(lambda: replies(aredis), lambda r: len(r) >= 1, within=10)
+    assert [(r.id, r.error_code) for r in got] == [("ack-outage", "")]
+    assert await eventually(lambda: _pending(aredis), lambda n: n == 0, within=10) == 0
+    await asyncio.sleep(1.0)  # time for a second execution, if one were coming
+    assert worker.backend.executed == ["ack-outage"]
