@@ -25,12 +25,13 @@ from typing import Any
 
 import psutil
 
-from bench import ensembles, idle, sequences
+from bench import ensembles, idle, peers, sequences
+from bench.cell_run import run_cell
 from bench.cells import Cell, parse_cells
 from bench.models import NAMES
 from bench.models import write as write_memory_bound
 from bench.processes import ProcessCpu, label, start_mesh, start_peer, stop
-from bench.report import markdown_table
+from bench.report import markdown_table, same_run_ratios
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     target.add_argument("--url", help="a running mesh, e.g. http://127.0.0.1:8000")
     target.add_argument("--start", action="store_true", help="start conch up for the run")
     parser.add_argument("--port", type=int, default=8000, help="port for --start")
-    parser.add_argument("--peer", action="store_true", help="measure the tuned MLServer too")
+    parser.add_argument(
+        "--peer", action="store_true", help="measure the tuned MLServer too (= --peers mlserver)"
+    )
+    parser.add_argument(
+        "--peers",
+        default="",
+        help="peers to measure in the same run, e.g. mlserver,ray (each cell against the "
+        "peer's best configuration for it: bench/peers.py)",
+    )
     parser.add_argument("--peer-port", type=int, default=8080)
     parser.add_argument("--cells", default="mlp:1,mlp:64,add_sub:1,add_sub:64,mlp:64:binary")
     parser.add_argument("--duration", type=int, default=10)
@@ -103,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         capture_output=True,
     )
     cells = parse_cells(args.cells)
+    peer_names = peers.parse_peers(args.peers or ("mlserver" if args.peer else ""))
+    for peer in peer_names:
+        problem = peers.missing_install(peer, Path(args.bench_root), args.harness)
+        if problem:
+            print(f"conch bench: {problem}", file=sys.stderr)
+            return 2
     if any(cell.model in NAMES for cell in cells):
         write_memory_bound(repo)
     if any(cell.sequence for cell in cells):
@@ -114,24 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     extra_rows: list[dict[str, Any]] = []  # not cells of the table (the idle line)
     idle_line = ""
 
-    if args.peer:
-        peer = start_peer(args.harness, args.peer_port, env)
-        try:
-            for cell in cells:
-                if cell.binary or cell.sequence or cell.model in NAMES or ensembles.wanted(cell):
-                    continue  # the peer answers binary with 422/500 and serves only mlp, add_sub
-                rows.append(
-                    _run_cell(
-                        load_sh,
-                        f"http://127.0.0.1:{args.peer_port}",
-                        "mlserver-tuned",
-                        cell,
-                        args,
-                        env,
-                    )
-                )
-        finally:
-            stop(peer)
+    for peer in peer_names:
+        rows.extend(_run_peer(peer, cells, load_sh, args, env))
 
     served = repo if args.queue_delay_us is None else _with_delay(repo, args.queue_delay_us)
     _add_cached_copies(served, cells)
@@ -148,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             idle_line = cost.line()
             extra_rows.append(cost.row())
         for cell in cells:
-            rows.append(_run_cell(load_sh, url, "conch", cell, args, env, cpu))
+            rows.append(run_cell(load_sh, url, "conch", cell, args, env, cpu))
     finally:
         if mesh is not None:
             stop(mesh)
@@ -156,92 +155,31 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows + extra_rows:
             out.write(json.dumps(row) + "\n")
     print(markdown_table(rows))
+    comparison = same_run_ratios(rows)
+    if comparison:
+        print(f"\n{comparison}")
     if idle_line:
         print(f"\n{idle_line}")
     print(f"\n{len(rows)} rows appended to {args.out}")
     return 0
 
 
-def _run_cell(
-    load_sh: Path,
-    url: str,
-    label: str,
-    cell: Cell,
-    args: argparse.Namespace,
-    env: dict[str, str],
-    cpu: ProcessCpu | None = None,
-) -> dict[str, Any]:
-    if cell.sequence:
-        return _run_sequence_cell(url, label, cell, args, cpu)
-    if ensembles.wanted(cell):
-        started = cpu.snapshot() if cpu else None
-        wall = time.monotonic()
-        row = ensembles.run(url, label, cell, args.duration, args.warmup)
-        if cpu and started is not None:
-            row["cpu_cores"] = cpu.cores_since(started, time.monotonic() - wall)
-        return row
-    cell_env = {
-        **env,
-        "SERVER": label,
-        "FORMAT": "binary" if cell.binary else "json",
-        "WARMUP": str(args.warmup),
-    }
-    before_stats = _stats(url, cell.model) if cpu else None
-    if args.warmup:
-        subprocess.run(
-            ["bash", str(load_sh), url, cell.model, str(cell.concurrency), "1"],
-            env={**cell_env, "CHECK": "0"},
-            capture_output=True,
-            check=False,
-        )
-        cell_env["WARMUP"] = "0"
-        before_stats = _stats(url, cell.model) if cpu else None
-    started = cpu.snapshot() if cpu else None
-    wall = time.monotonic()
-    done = subprocess.run(
-        ["bash", str(load_sh), url, cell.model, str(cell.concurrency), str(args.duration)],
-        env=cell_env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    wall = time.monotonic() - wall
-    lines = [line for line in done.stdout.splitlines() if line.startswith('{"server"')]
-    if not lines:
-        raise SystemExit(f"load.sh failed for {cell}: {done.stderr[-2000:]}")
-    row: dict[str, Any] = json.loads(lines[-1])
-    if cpu and started is not None:
-        row["cpu_cores"] = cpu.cores_since(started, wall)
-        after_stats = _stats(url, cell.model)
-        if before_stats and after_stats:
-            inferences = after_stats[0] - before_stats[0]
-            executions = after_stats[1] - before_stats[1]
-            row["avg_batch"] = round(inferences / executions, 2) if executions else None
-    return row
-
-
-def _run_sequence_cell(
-    url: str, label: str, cell: Cell, args: argparse.Namespace, cpu: ProcessCpu | None
-) -> dict[str, Any]:
-    from conch import http_wait
-
-    if not http_wait.wait_ok(f"{url}/v2/models/{cell.model}/ready", 120):
-        raise SystemExit(f"model {cell.model} is not ready at {url}")
-    base = sequences.new_base()
-    if args.warmup:
-        sequences.run(url, label, cell.model, cell.concurrency, args.warmup, base)
-    before_stats = _stats(url, cell.model)
-    started = cpu.snapshot() if cpu else None
-    wall = time.monotonic()
-    row = sequences.run(url, label, cell.model, cell.concurrency, args.duration, base)
-    wall = time.monotonic() - wall
-    if cpu and started is not None:
-        row["cpu_cores"] = cpu.cores_since(started, wall)
-    after_stats = _stats(url, cell.model)
-    if before_stats and after_stats and after_stats[1] > before_stats[1]:
-        inferences, executions = (a - b for a, b in zip(after_stats, before_stats, strict=True))
-        row["avg_batch"] = round(inferences / executions, 2)
-    return row
+def _run_peer(
+    peer: str, cells: list[Cell], load_sh: Path, args: argparse.Namespace, env: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The peer's cells, one server start per configuration, its own processes' CPU counted."""
+    rows = []
+    for config, served in peers.grouped(
+        peer, cells, args.harness, args.peer_port, Path(args.bench_root)
+    ):
+        server = start_peer(config.argv, args.peer_port, peers.env_for(config, env))
+        try:
+            meter = peers.TreeCpu(server.pid)
+            url = f"http://127.0.0.1:{args.peer_port}"
+            rows.extend(run_cell(load_sh, url, config.label, c, args, env, meter) for c in served)
+        finally:
+            stop(server)
+    return rows
 
 
 def _with_delay(repo: Path, delay_us: int) -> Path:
@@ -276,20 +214,6 @@ def _add_cached_copies(repo: Path, cells: list[Cell]) -> None:
         config = target / "config.pbtxt"
         text = config.read_text().replace(f'name: "{base}"', f'name: "{cell.model}"')
         config.write_text(text + "\nresponse_cache { enable: true }\n")
-
-
-def _stats(url: str, model: str) -> tuple[int, int] | None:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{url}/v2/models/{model}/stats", timeout=5) as response:
-            stats = json.load(response)["model_stats"]
-    except OSError:
-        return None
-    return (
-        sum(int(s["inference_count"]) for s in stats),
-        sum(int(s["execution_count"]) for s in stats),
-    )
 
 
 if __name__ == "__main__":

@@ -44,21 +44,16 @@ def start_mesh(repo: Path, port: int, extra: list[str] | None = None) -> subproc
     return process
 
 
-def start_peer(harness: Path, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    root = Path(env["BENCH_ROOT"])
+def start_peer(argv: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A peer server in a session of its own (stopped by process group), ready to answer."""
     process = subprocess.Popen(
-        [str(harness / "mlserver_runtime" / "serve.sh"), "on", str(port), "0"],
-        env={
-            **env,
-            "MLSERVER_VENV": str(root / "mlserver-tuned-venv"),
-            "INTRA_OP_THREADS": "1",
-            "SETTINGS_JSON": '{"metrics_endpoint": null}',
-        },
+        argv,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    _wait_http(f"http://127.0.0.1:{port}/v2/health/ready", 120)
+    _wait_http(f"http://127.0.0.1:{port}/v2/health/ready", 180)
     return process
 
 
