@@ -56,7 +56,7 @@ def config(peer: str, cell: Cell, harness: Path, port: int, root: Path) -> PeerC
         )
     batching = [] if cell.concurrency > 1 else ["--batching", "off"]
     return PeerConfig(
-        "rayserve-tuned" + ("" if batching else "-nobatch"),
+        "rayserve-tuned" + ("-nobatch" if batching else ""),
         [str(harness / "rayserve_runtime" / "serve.sh"), str(port), "tuned", *batching],
         {"RAYSERVE_VENV": str(root / "rayserve-venv"), "MODELS": "mlp add_sub"},
     )
