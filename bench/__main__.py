@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,11 +127,17 @@ def main(argv: list[str] | None = None) -> int:
         ensembles.write(repo)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
-    extra_rows: list[dict[str, Any]] = []  # not cells of the table (the idle line)
+
+    def record(row: dict[str, Any]) -> dict[str, Any]:
+        """Each row is written as soon as it is measured: a later failure loses nothing."""
+        with args.out.open("a") as out:
+            out.write(json.dumps(row) + "\n")
+        return row
+
     idle_line = ""
 
     for peer in peer_names:
-        rows.extend(_run_peer(peer, cells, load_sh, args, env))
+        rows.extend(_run_peer(peer, cells, load_sh, args, env, record))
 
     served = repo if args.queue_delay_us is None else _with_delay(repo, args.queue_delay_us)
     _add_cached_copies(served, cells)
@@ -145,15 +152,12 @@ def main(argv: list[str] | None = None) -> int:
             cost = idle.measure(whole, label, args.idle_seconds)
             print(cost.line(), flush=True)
             idle_line = cost.line()
-            extra_rows.append(cost.row())
+            record(cost.row())
         for cell in cells:
-            rows.append(run_cell(load_sh, url, "conch", cell, args, env, cpu))
+            rows.append(record(run_cell(load_sh, url, "conch", cell, args, env, cpu)))
     finally:
         if mesh is not None:
             stop(mesh)
-    with args.out.open("a") as out:
-        for row in rows + extra_rows:
-            out.write(json.dumps(row) + "\n")
     print(markdown_table(rows))
     comparison = same_run_ratios(rows)
     if comparison:
@@ -165,7 +169,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_peer(
-    peer: str, cells: list[Cell], load_sh: Path, args: argparse.Namespace, env: dict[str, str]
+    peer: str,
+    cells: list[Cell],
+    load_sh: Path,
+    args: argparse.Namespace,
+    env: dict[str, str],
+    record: Callable[[dict[str, Any]], dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """The peer's cells, one server start per configuration, its own processes' CPU counted."""
     rows = []
@@ -176,7 +185,8 @@ def _run_peer(
         try:
             meter = peers.TreeCpu(server.pid)
             url = f"http://127.0.0.1:{args.peer_port}"
-            rows.extend(run_cell(load_sh, url, config.label, c, args, env, meter) for c in served)
+            for cell in served:
+                rows.append(record(run_cell(load_sh, url, config.label, cell, args, env, meter)))
         finally:
             stop(server)
     return rows
