@@ -22,7 +22,7 @@ RESTART_DELAY_S = 0.5  # conch up's supervisor restarts a dead service after 0.5
 class Struck:
     started: float
     ended: float
-    # Requests in flight at this moment may be cut (their gateway died under them).
+    # Requests in flight at this moment (a kill's signal) may be cut: their gateway died.
     cut_at: float | None = None
     note: str = ""
 
@@ -46,12 +46,13 @@ def scheduler_sigkill(mesh: ChaosMesh) -> Struck:
 
 
 def gateway_sigkill(mesh: ChaosMesh) -> Struck:
+    # The cut is the moment the signal goes out, not when the test has seen the process reaped:
+    # a frozen test process would otherwise place requests the kill cut before the "fault".
     started = time.monotonic()
     mesh.kill("gateway-a")
-    cut_at = time.monotonic()
     time.sleep(RESTART_DELAY_S)
     mesh.restart("gateway-a")
-    return Struck(started, time.monotonic(), cut_at=cut_at)
+    return Struck(started, time.monotonic(), cut_at=started)
 
 
 def worker_sigstop(mesh: ChaosMesh) -> Struck:
