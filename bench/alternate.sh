@@ -8,7 +8,9 @@
 #     with this checkout's .venv and PYTHONPATH pointing at their own tree.
 #     ENV_A/ENV_B: extra environment, e.g. "CONCH_SCHEDULER_QUEUED_BATCHES_PER_INSTANCE=1".
 #   Environment: CELLS ("mlp:64:json mlp:64:binary"), SECS (8), REPO (the harness's repository),
-#   ARGS_A/ARGS_B (extra `conch up` flags), BENCH_ROOT (/tmp/conch-bench).
+#   ARGS_A/ARGS_B (extra `conch up` flags), BENCH_ROOT (/tmp/conch-bench), PORT_A/PORT_B (18810,
+#   18820: HTTP ports of the two meshes, their gRPC ports one above; other ones let two runs
+#   share a machine).
 # Prints one line per window and the mean req/s per side and cell.
 set -euo pipefail
 rounds=$1 dir_a=$(cd "$2" && pwd) dir_b=$(cd "$3" && pwd) env_a=${4:-} env_b=${5:-}
@@ -25,9 +27,10 @@ start() {  # dir port env args
   pids+=($!)
 }
 trap 'kill -INT "${pids[@]}" 2>/dev/null; wait' EXIT
-start "$dir_a" 18810 "$env_a" "${ARGS_A:-}"
-start "$dir_b" 18820 "$env_b" "${ARGS_B:-}"
-for port in 18810 18820; do
+port_a=${PORT_A:-18810} port_b=${PORT_B:-18820}
+start "$dir_a" "$port_a" "$env_a" "${ARGS_A:-}"
+start "$dir_b" "$port_b" "$env_b" "${ARGS_B:-}"
+for port in "$port_a" "$port_b"; do
   for _ in $(seq 120); do curl -sf "localhost:$port/v2/health/ready" > /dev/null && break; sleep 1; done
 done
 results=$(mktemp)
@@ -35,7 +38,7 @@ for _ in $(seq "$rounds"); do
   for cell in ${CELLS:-mlp:64:json mlp:64:binary}; do
     IFS=: read -r model conc format <<< "$cell"
     for side in A B; do
-      port=18810; [ "$side" = B ] && port=18820
+      port=$port_a; [ "$side" = B ] && port=$port_b
       FORMAT=$format WARMUP=2 CHECK=0 bash "$harness/load.sh" "http://127.0.0.1:$port" \
         "$model" "$conc" "${SECS:-8}" \
         | python3 -c "import json,sys; d=json.load(sys.stdin); print('$side', '$cell', d['rps'], d['p50_ms'], d['p99_ms'], d['errors'], d['machine_cpu'])" \

@@ -37,6 +37,7 @@ from gateway.version_router import VersionRouter
 from shared import envelope, keys, metrics, submission
 from shared.admission_script import ENQUEUE_LUA, NO_WORKER, QUEUE_FULL, admission_call
 from shared.coalesced_script import CoalescedScript
+from shared.direct_path import direct_levels
 from shared.envelope import Reply
 from shared.errors import ConchError, ErrorCode
 from shared.ids import new_id
@@ -97,9 +98,11 @@ class DataPlane:
         versions: VersionRouter,
         gone_ms: int = 30_000,
         max_in_flight: int = 0,
+        direct: bool = True,
     ):
         self._redis = r
         self._gone_ms = gone_ms
+        self._direct = direct
         # Taken by the protocol adapters before a request's body is read (``gateway.rest_infer``,
         # ``gateway.grpc_service``); shadow requests have their own cap.
         self.in_flight = InFlightLimit(max_in_flight)
@@ -316,6 +319,7 @@ class DataPlane:
                 max_queue_size=ticket.max_queue_size,
                 header=envelope.encode(header),
                 data=envelope.encode(payload),
+                direct_levels=direct_levels(config, self._direct),
             )
 
             def admit() -> Awaitable[int]:

@@ -67,6 +67,7 @@ class GatewayState:
             VersionRouter(self.table, self.traffic),
             gone_ms=settings.gone_bound_ms,
             max_in_flight=settings.max_in_flight,
+            direct=settings.direct_path,
         )
         self.shared_memory = SharedMemoryManager(
             self.redis, settings.shm_host or os.uname().nodename, settings.allow_client_shm

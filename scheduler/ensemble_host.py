@@ -36,6 +36,7 @@ class EnsembleHost:
         self._consumer = consumer
         self._on_failure = on_failure
         self._gone_ms = settings.gone_bound_ms
+        self._direct = settings.direct_path
         self._ttl_ms = max(settings.heartbeat_ttl_ms, 4 * settings.refresh_interval_ms)
         self._configs: Mapping[str, ModelConfig] = {}
         self._versions: Mapping[str, Mapping[int, int]] = {}
@@ -66,6 +67,7 @@ class EnsembleHost:
             self.resolve,
             consumer=self._consumer,
             on_failure=self._on_failure,
+            direct=self._direct,
         )
 
     async def mark(self, config: ModelConfig, versions: Mapping[int, int]) -> None:

@@ -67,6 +67,7 @@ class EnsembleProgress:
         gone_ms: int,
         resolve: Resolve,
         on_finished: Callable[[str], None] | None = None,
+        direct: bool = True,
     ):
         self._redis = r
         self._on_finished = on_finished
@@ -75,6 +76,7 @@ class EnsembleProgress:
         self.version = version
         self.steps = steps
         self._gone_ms = gone_ms
+        self._direct = direct
         self._resolve = resolve
         self.steps_stream = keys.ensemble_steps(self.model, version)
         self.stats_key = keys.stats(self.model, version)
@@ -136,6 +138,7 @@ class EnsembleProgress:
             gone_ms=self._gone_ms,
             tenant=request.tenant,
             trace=request.trace,
+            direct=self._direct,
         )
 
     def _success(

@@ -53,6 +53,7 @@ class EnsembleRunner:
         *,
         consumer: str,
         on_failure: Callable[[], None] | None = None,
+        direct: bool = True,
     ):
         self._redis = r
         self.model = config.name
@@ -60,7 +61,14 @@ class EnsembleRunner:
         self.consumer = consumer
         self._on_failure = on_failure
         self.progress = EnsembleProgress(
-            r, config, version, steps_of(config), gone_ms, resolve, on_finished=self.finished
+            r,
+            config,
+            version,
+            steps_of(config),
+            gone_ms,
+            resolve,
+            on_finished=self.finished,
+            direct=direct,
         )
         self.steps_stream = keys.ensemble_steps(self.model, version).encode()
         # Request entries this scheduler owns: request id -> (deadline ms, stream, entry id).

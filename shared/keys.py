@@ -30,6 +30,9 @@ WORKER_GROUP = "workers"
 # Stream entry fields.
 FIELD_HEADER = b"h"
 FIELD_DATA = b"d"
+# A batch entry of the direct path: one request's payload, beside its header ``h``
+# (``shared.batch_entry``).
+FIELD_DIRECT = b"r"
 
 
 # Hash tags (see the module docstring).

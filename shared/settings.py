@@ -25,6 +25,7 @@ class Settings(msgspec.Struct, kw_only=True):
         "redis_wait_timeout_ms",
         "log_level",
         "log_format",
+        "direct_path",
     )
     __prefix__ = "CONCH_"
 
@@ -36,6 +37,10 @@ class Settings(msgspec.Struct, kw_only=True):
     redis_wait_timeout_ms: int = 100
     log_level: str = "INFO"
     log_format: str = "json"
+    # The direct path (``shared.direct_path``): a request of a model whose batcher never waits
+    # goes straight to an idle instance when nothing is queued. Read by every submitter (the
+    # gateway, the schedulers' ensemble steps, BLS calls): CONCH_DIRECT_PATH=0 turns it off.
+    direct_path: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Self:

@@ -24,6 +24,7 @@ from shared.admission_script import (
     admission_call,
 )
 from shared.coalesced_script import CoalescedScript
+from shared.direct_path import direct_levels
 from shared.envelope import InferRequest, RequestHeader, Tensor
 from shared.errors import unavailable
 from shared.input_check import check_inputs
@@ -130,9 +131,12 @@ def prepare(
     gone_ms: int,
     tenant: str = "",
     trace: dict[str, str] | None = None,
+    direct: bool = True,
 ) -> Prepared:
     """A request the mesh makes itself (an ensemble step, a BLS call), with the caller's
-    priority, tenant and deadline. Raises ConchError when the inputs do not fit the model."""
+    priority, tenant and deadline. Raises ConchError when the inputs do not fit the model.
+    ``direct``: whether the direct path is on (``shared.direct_path``; the model decides the
+    rest)."""
     ordered, batch_size, shape_sig = check_inputs(config, inputs)
     ticket = queue_ticket(config, {**parameters, "priority": priority})
     header, payload = build(
@@ -163,6 +167,7 @@ def prepare(
         max_queue_size=ticket.max_queue_size,
         header=envelope.encode(header),
         data=envelope.encode(payload),
+        direct_levels=direct_levels(config, direct),
     )
     return Prepared(call, ticket, config.name, version, config.backend)
 
@@ -178,12 +183,13 @@ class Submitter:
     deadline. Admission is idempotent by request id: submitting the same id again queues
     nothing."""
 
-    def __init__(self, r: aioredis.Redis, gone_ms: int):
+    def __init__(self, r: aioredis.Redis, gone_ms: int, direct: bool = True):
         self._enqueue = CoalescedScript(r, ENQUEUE_LUA)
         self.gone_ms = gone_ms
+        self.direct = direct
 
     async def submit(self, config: ModelConfig, version: int, **request: Any) -> None:
         """Raises ConchError when the inputs do not fit the model or admission refuses."""
-        prepared = prepare(config, version, gone_ms=self.gone_ms, **request)
+        prepared = prepare(config, version, gone_ms=self.gone_ms, direct=self.direct, **request)
         admitted = await self._enqueue(keys=prepared.call.keys, args=prepared.call.args)
         prepared.refusal(admitted)

@@ -1,12 +1,10 @@
 """One batch of one version: decode it, answer what may not run, execute the rest, publish, ack.
 
-A batch delivered more than ``max_deliveries`` times, or one that does not decode, is answered
-with errors and dead-lettered (``workers.poison``), checked before decoding. A request runs only
-if its deadline has not passed; the others are answered with an error and counted as failures,
-as Triton counts them. The replies, then one fenced script (``shared.fencing``: still ours? ack,
-count, announce) go out in one round trip: a batch is acked only once its replies are published,
-and a worker that lost the batch while frozen has its ack and statistics dropped. Executions run
-on a thread pool; an instance is never unloaded while ``execute`` runs on it (``wait_idle``).
+A batch (the scheduler's, or one request admitted direct: ``shared.batch_entry``) delivered more
+than ``max_deliveries`` times, or that does not decode, is dead-lettered (``workers.poison``). A
+request past its deadline is answered with an error (a failure, as in Triton). Replies, then one
+fenced script (still ours? ack, count, announce: ``shared.fencing``) go out in one round trip.
+Executions run on a thread pool; an instance is never unloaded while ``execute`` runs on it.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import envelope, keys, metrics, sequence_params, streams, tensors, tracing
+from shared import batch_entry, envelope, keys, metrics, sequence_params, streams, tensors, tracing
 from shared.envelope import InferRequest, Reply, Timing
 from shared.errors import ConchError, ErrorCode
 from shared.fencing import queue_fenced_ack
@@ -91,7 +89,7 @@ class BatchProcessor:
             metrics.record_late_result("worker", name, version)
             return
         try:
-            batch = envelope.decode_batch(entry.fields[keys.FIELD_DATA])
+            batch = batch_entry.decode(entry.fields, entry.entry_id, name, version)
             requests = [envelope.decode_request(raw) for raw in batch.requests]
         except Exception:
             log.exception(
@@ -154,6 +152,8 @@ class BatchProcessor:
             return
         if runnable and "execution_count" in stats:
             metrics.record_batch(name, version, stats)
+        if (level := batch_entry.direct_priority(entry.fields)) is not None:
+            metrics.record_direct(name, version, level, batch.queue_ns[0])
         if unrun:
             metrics.record_failures(name, version, metrics.REJECTED, unrun)
         if stats.get("cancel_count"):

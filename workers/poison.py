@@ -12,7 +12,7 @@ import logging
 
 import redis.asyncio as aioredis
 
-from shared import dead_letters, envelope, keys, streams
+from shared import batch_entry, dead_letters, envelope, keys, streams
 from shared.envelope import Reply
 from shared.errors import ErrorCode
 
@@ -24,7 +24,7 @@ def _answers(
 ) -> list[tuple[str, Reply]]:
     """An error for each request of the batch that can be identified."""
     try:
-        raws = envelope.decode_batch(entry.fields[keys.FIELD_DATA]).requests
+        raws = batch_entry.decode(entry.fields, entry.entry_id, model, version).requests
     except Exception:
         return []
     answers = []

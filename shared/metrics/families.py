@@ -135,6 +135,12 @@ GATEWAY_REQUESTS = Counter(
     "(arm: routed by weights/default, pinned to a version by the client, shadow copy)",
     (*MODEL, "arm", "code"),
 )
+DIRECT_DISPATCH = Counter(
+    "conch_direct_dispatch",
+    "Requests that admission sent straight to an idle instance as a batch of one (queue delay "
+    "0, nothing queued or in flight), skipping the scheduler; counted by the worker that ran them",
+    MODEL,
+)
 REJECTED_REQUESTS = Counter(
     "conch_requests_rejected",
     "Requests refused at admission, per tenant and reason "

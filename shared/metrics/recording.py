@@ -18,6 +18,7 @@ from shared.metrics.families import (
     COMPUTE_OUTPUT_US,
     COMPUTE_SECONDS,
     DEAD_LETTERS,
+    DIRECT_DISPATCH,
     EXEC_COUNT,
     FAILURE,
     FAILURE_REASONS,
@@ -26,6 +27,7 @@ from shared.metrics.families import (
     INFERENCE_COUNT,
     LATE_RESULTS_DROPPED,
     QUEUE_DURATION_US,
+    QUEUE_SECONDS,
     RECLAIMED,
     REDELIVERED,
     REJECTED_REQUESTS,
@@ -107,6 +109,13 @@ def record_batch(model: str, version: int, stats: dict[str, int]) -> None:
     for phase in ("input", "infer", "output"):
         ns = stats.get(f"batch:{size}:compute_{phase}_ns", 0)
         child(COMPUTE_SECONDS, model, version, phase).observe(ns / 1e9)
+
+
+def record_direct(model: str, version: int, priority: int, queue_ns: int) -> None:
+    """A direct request ran (``shared.direct_path``): counted, and its time in the queue
+    observed by the worker, since no scheduler saw it."""
+    child(DIRECT_DISPATCH, model, version).inc()
+    child(QUEUE_SECONDS, model, version, priority).observe(queue_ns / 1e9)
 
 
 def record_failures(model: str, version: int, reason: str, count: int = 1) -> None:

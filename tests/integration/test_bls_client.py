@@ -40,7 +40,8 @@ def test_a_call_is_queued_with_the_callers_priority_tenant_and_deadline(redis_ur
     import asyncio
 
     asyncio.run(_publish(redis_url))
-    client = BlsClient(BlsSettings(redis_url=redis_url))
+    # The queue itself: with the direct path on, an idle model takes the call at once (below).
+    client = BlsClient(BlsSettings(redis_url=redis_url, direct_path=False))
     deadline = clock.now_ms() + 5_000
     caller = batch_caller(
         [Caller(deadline + 1_000, 2, "team-a"), Caller(deadline, 3, "team-b"), Caller()]
@@ -71,6 +72,39 @@ def test_a_call_is_queued_with_the_callers_priority_tenant_and_deadline(redis_ur
         started = time.monotonic()
         assert short.result(timeout=10).error_code == ErrorCode.DEADLINE_EXCEEDED
         assert time.monotonic() - started < 1.0
+    finally:
+        sync.close()
+        client.close()
+
+
+def test_a_call_to_an_idle_model_goes_direct_with_the_callers_priority(redis_url: str) -> None:
+    """Nothing queued, no batch in flight, no queue delay: the call is a batch of one on the
+    model's batch stream (``shared.direct_path``), with the caller's level and deadline."""
+    import asyncio
+
+    asyncio.run(_publish(redis_url))
+    sync = redis.Redis.from_url(redis_url)
+    sync.delete(
+        keys.batch_stream("target", 1), *(keys.request_stream("target", 1, p) for p in (1, 2, 3))
+    )
+    client = BlsClient(BlsSettings(redis_url=redis_url))
+    deadline = clock.now_ms() + 2_000
+    future = client.submit(
+        "target", -1, [("X", np.ones((1, 4), np.float32))], [], {}, 0, Caller(deadline, 2, "t")
+    )
+    try:
+        for _ in range(50):
+            entries = sync.xrange(keys.batch_stream("target", 1))
+            if entries:
+                break
+            time.sleep(0.05)
+        [(_, fields)] = entries
+        assert set(fields) == {keys.FIELD_HEADER, keys.FIELD_DIRECT}
+        header = envelope.decode_header(fields[keys.FIELD_HEADER])
+        request = envelope.decode_request(fields[keys.FIELD_DIRECT])
+        assert (header.priority, header.deadline_ms, request.tenant) == (2, deadline, "t")
+        assert sync.xlen(keys.request_stream("target", 1, 2)) == 0
+        assert future.result(timeout=10).error_code == ErrorCode.DEADLINE_EXCEEDED
     finally:
         sync.close()
         client.close()

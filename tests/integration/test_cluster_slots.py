@@ -83,7 +83,7 @@ def recorded(
             mesh.start_scheduler()
             mesh.start_worker()
             mesh.start_gateway(processes=2, CONCH_GATEWAY_ADMIN_TOKEN=ADMIN_TOKEN)
-            mesh.wait_ready(["simple", "mlp", "simple_sequence"])
+            mesh.wait_ready(["simple", "mlp", "simple_sequence", "custom_identity_int32"])
             _workload(mesh)
             yield mesh, recorder
     finally:
@@ -112,6 +112,11 @@ def _workload(mesh: Mesh) -> None:
     admin = Admin(mesh.url)
     for _ in range(20):
         _infer(client)
+    # no dynamic batching and an idle mesh: admission's direct branch (shared.direct_path)
+    for _ in range(3):
+        tensor = httpclient.InferInput("INPUT0", [1, 4], "INT32")
+        tensor.set_data_from_numpy(np.arange(4, dtype=np.int32).reshape(1, 4))
+        assert client.infer("custom_identity_int32", [tensor]).as_numpy("OUTPUT0") is not None
     # sequences: start, steps, end
     for step, (start, end) in enumerate([(True, False), (False, False), (False, True)]):
         value = np.full((1, 1), step + 1, dtype=np.int32)
@@ -192,5 +197,7 @@ def test_every_call_of_a_real_run_stays_in_one_slot(recorded: tuple[Mesh, Record
     text = recorder.path.read_text()
     for used in ("EVALSHA", '"MULTI"', "XREADGROUP", '"lua"'):
         assert used in text, f"the workload sent no {used}"
+    direct = '"XADD", "conch:m:{custom_identity_int32}:batch:1", "*", "h"'
+    assert direct in text, "the workload sent no request down the direct path"
     found = recorder.violations()
     assert not found, "calls whose keys hash to different slots:\n" + "\n".join(found)

@@ -60,7 +60,9 @@ class BlsClient:
     async def _setup(self) -> None:
         url = self._settings.redis_url
         self._redis = redis_conn.connect(url, max_connections=16, name="conch-bls")
-        self._submitter = Submitter(self._redis, self._settings.gone_bound_ms)
+        self._submitter = Submitter(
+            self._redis, self._settings.gone_bound_ms, self._settings.direct_path
+        )
         owner = f"bls-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._replies = ReplyRouter(url, owner)
         self._reader = asyncio.create_task(self._replies.run())
