@@ -22,6 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from shared import envelope, keys, metrics, sequence_params, streams, tensors, tracing
+from shared.cancel_listener import CancelledRequests
 from shared.envelope import InferRequest, Reply, Timing
 from shared.errors import ConchError, ErrorCode
 from shared.fencing import queue_fenced_ack
@@ -30,7 +31,6 @@ from shared.redis_retry import until_answered
 from workers import poison
 from workers.backend import ModelInstance, ModelRequest
 from workers.cancel_check import drop_cancelled
-from workers.cancel_listener import CancelledRequests
 from workers.loader import LoadedVersion
 from workers.settings import WorkerSettings
 from workers.stream_batch import StreamBatch
@@ -48,7 +48,7 @@ class BatchProcessor:
         self.executor: ThreadPoolExecutor | None = None
         # Instance (by identity) -> its execution running on the pool.
         self._running: dict[int, concurrent.futures.Future[object]] = {}
-        # Requests cancelled by their clients, as announced (``workers.cancel_listener``).
+        # Requests cancelled by their clients, as announced (``shared.cancel_listener``).
         self.cancelled = CancelledRequests()
 
     async def wait_idle(

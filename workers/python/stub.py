@@ -82,7 +82,7 @@ def main(conn: Connection, init: dict[str, Any]) -> None:
             else:
                 replies = []
                 requests = [_request(pb_utils, name, item) for item in payload]
-                bls_caller.current = _batch_caller(payload)
+                bls_caller.current = _batch_caller(payload, name)
                 stub_decoupled.execute(pb_utils, model, link, requests, _await, _describe)
             elapsed = time.perf_counter_ns() - t0
             seen, families = pb_metrics.snapshot(seen)
@@ -180,10 +180,13 @@ def _load(init: dict[str, Any]) -> tuple[ModuleType, Any]:
     return pb_utils, model
 
 
-def _batch_caller(payload: list[Any]) -> Any:
-    """Who the batch's BLS calls act for: its requests' priority, tenant and deadline."""
+def _batch_caller(payload: list[Any], model_name: str) -> Any:
+    """Who the batch's BLS calls act for: its requests' priority, tenant and deadline, and the
+    requests themselves (cancelling them cancels the calls)."""
     return bls_caller.batch_caller(
-        [bls_caller.Caller(*item[6]) for item in payload if len(item) > 6]
+        [bls_caller.Caller(*item[6]) for item in payload if len(item) > 6],
+        model_name,
+        [item[0] for item in payload],
     )
 
 
@@ -191,7 +194,7 @@ def _execute(pb_utils: ModuleType, model: Any, model_name: str, payload: list[An
     """Run execute on the batch; when it raises, run each request alone so that only the
     request that caused the exception fails (Triton would fail the whole batch)."""
     requests = [_request(pb_utils, model_name, item) for item in payload]
-    bls_caller.current = _batch_caller(payload)
+    bls_caller.current = _batch_caller(payload, model_name)
     try:
         return _run(pb_utils, model, requests)
     except Exception as exc:
