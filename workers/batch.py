@@ -1,12 +1,11 @@
 """One batch of one version: decode it, answer what may not run, execute the rest, publish, ack.
 
-A batch delivered more than ``max_deliveries`` times, or one that does not decode, is answered
-with errors and dead-lettered (``workers.poison``), checked before decoding. A request runs only
-if its deadline has not passed; the others are answered with an error and counted as failures,
-as Triton counts them. The replies, then one fenced script (``shared.fencing``: still ours? ack,
-count, announce) go out in one round trip: a batch is acked only once its replies are published,
-and a worker that lost the batch while frozen has its ack and statistics dropped. Executions run
-on a thread pool; an instance is never unloaded while ``execute`` runs on it (``wait_idle``).
+A batch delivered over ``max_deliveries`` times, or undecodable, is answered with errors and
+dead-lettered (``workers.poison``). A request runs only before its deadline (the others are
+failures, as Triton counts them) and if not cancelled. The replies, then one fenced script
+(``shared.fencing``: still ours? ack, count, announce) go out in one round trip; a worker that
+lost the batch while frozen has its ack and statistics dropped. Executions run on a thread
+pool; an instance is never unloaded while ``execute`` runs on it (``wait_idle``).
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from workers import poison
 from workers.backend import ModelInstance, ModelRequest
 from workers.cancel_check import drop_cancelled
 from workers.loader import LoadedVersion
+from workers.running_cancels import run_watched
 from workers.settings import WorkerSettings
 from workers.stream_batch import StreamBatch
 from workers.stream_sink import output_datatype
@@ -48,8 +48,7 @@ class BatchProcessor:
         self.executor: ThreadPoolExecutor | None = None
         # Instance (by identity) -> its execution running on the pool.
         self._running: dict[int, concurrent.futures.Future[object]] = {}
-        # Requests cancelled by their clients, as announced (``shared.cancel_listener``).
-        self.cancelled = CancelledRequests()
+        self.cancelled = CancelledRequests()  # as announced (``shared.cancel_listener``)
 
     async def wait_idle(
         self, instances: list[ModelInstance], timeout_s: float | None = None
@@ -221,7 +220,8 @@ class BatchProcessor:
                 del self._running[id(instance)]
 
         running.add_done_callback(finished)
-        execution = await asyncio.wrap_future(running)
+        watch = run_watched(self._redis, config.name, model_requests, self.cancelled, instance)
+        execution = await watch(asyncio.wrap_future(running))  # is_cancelled() reaches it
         if tracing.ENABLED:
             _trace_requests("conch.worker.execute", accepted, started_ns, self._id)
         batch_size = sum(r.batch_size for r in model_requests)

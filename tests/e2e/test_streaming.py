@@ -416,6 +416,29 @@ def _raw_infer(port: int, ident: int) -> socket.socket:
     return sock
 
 
+def test_an_ordinary_python_model_sees_is_cancelled_while_it_runs(
+    stream_mesh: StreamMesh,
+) -> None:
+    """chaos_recorder (not decoupled) is held mid-execute; its client disconnects: the model's
+    request.is_cancelled() turns true while it still runs (it logs so and stops holding)."""
+    record = stream_mesh.record
+    for stale in record.glob("holding-worker-*"):
+        stale.unlink()
+    hold = record / "hold-worker"
+    hold.touch()
+    try:
+        sock = _raw_infer(stream_mesh.mesh.http_port, 9501)
+        deadline = time.monotonic() + 10
+        while not list(record.glob("holding-worker-*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert list(record.glob("holding-worker-*")), "the request is not running"
+        sock.close()  # the client goes away while its request runs
+        assert _worker_log_has(stream_mesh, "chaos_recorder cancelled 9501", timeout_s=10)
+        assert hold.exists()  # seen while running, not after the hold ended
+    finally:
+        hold.unlink(missing_ok=True)
+
+
 @pytest.mark.parametrize(("route", "base_id"), [("fast path", 9000), ("litestar", 9100)])
 def test_cancel_while_queued_never_runs(stream_mesh: StreamMesh, route: str, base_id: int) -> None:
     """Both instances of chaos_recorder are held busy; a third request waits in the queue and

@@ -231,8 +231,9 @@ class InferenceRequest:
         return self._model_name
 
     def is_cancelled(self) -> bool:
-        """True once the client disconnected or cancelled (decoupled models see it while they
-        run; other requests are checked before they run)."""
+        """True once the client disconnected or cancelled, within about 50 ms (the worker
+        polls the cancel keys of running requests), in ``execute`` and, for decoupled models,
+        after it."""
         return bool(self._cancelled and self._cancelled(self._request_id))
 
     def trace(self) -> None:
