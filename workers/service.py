@@ -58,7 +58,12 @@ class WorkerService:
         self._batches = BatchProcessor(self.redis, settings, self.id)
         loop = BatchLoop(self.redis, settings, self.id, self._stopping, self._batches)
         sequences = SequenceServing(
-            self.redis, settings, self.id, self._stopping, lambda: self._batches.executor
+            self.redis,
+            settings,
+            self.id,
+            self._stopping,
+            lambda: self._batches.executor,
+            self._batches.cancelled,
         )
 
         async def serve(loaded: LoadedVersion, instance: ModelInstance, lane: Lane) -> None:
