@@ -10,6 +10,7 @@ request's deadline still bounds the work.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 import redis.asyncio as aioredis
 
@@ -26,3 +27,10 @@ async def cancel_request(r: aioredis.Redis, model: str, request_id: str, deadlin
         log.warning("could not mark a request cancelled", extra={"request": request_id})
         return
     metrics.record_client_cancel(model)
+
+
+def zero_counters(models: Iterable[str]) -> None:
+    """Create each model's cancellation counter at zero (after each model-table refresh), so
+    that rates and the dashboards' cancellation panel read 0 before the first cancel."""
+    for model in models:
+        metrics.init_client_cancels(model)

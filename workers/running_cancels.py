@@ -20,7 +20,7 @@ from typing import TypeVar
 import redis.asyncio as aioredis
 
 from shared.cancel_listener import CancelledRequests
-from workers.backend import ModelInstance
+from workers.backend import ModelInstance, ModelRequest
 from workers.cancel_check import POLL_S, cancelled_ids
 
 log = logging.getLogger(__name__)
@@ -36,16 +36,15 @@ def tells_cancels(instance: ModelInstance) -> bool:
 def run_watched(
     r: aioredis.Redis,
     model: str,
-    request_ids: Sequence[str],
+    requests: Sequence[ModelRequest],
     heard: CancelledRequests,
     instance: ModelInstance,
 ) -> Callable[[asyncio.Future[T]], Awaitable[T]]:
     """How to await the execution: plainly, or (a backend that tells its models) watched."""
     if not tells_cancels(instance):
         return _plain
-    return partial(
-        _watched, r=r, model=model, request_ids=request_ids, heard=heard, instance=instance
-    )
+    ids = [request.id for request in requests]
+    return partial(_watched, r=r, model=model, request_ids=ids, heard=heard, instance=instance)
 
 
 async def _plain(running: asyncio.Future[T]) -> T:
