@@ -201,6 +201,9 @@ class InferenceRequest:
         # Set by the model process for a request it received (not for a BLS request).
         self._sender: InferenceResponseSender | None = None
         self._cancelled: Any = None
+        # A BLS request acts for the batch being executed when it is made (also when a thread
+        # of a decoupled model calls exec after execute returned).
+        self._caller = _current_caller()
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -276,8 +279,16 @@ class InferenceRequest:
             self._requested,
             json.loads(self._parameters or "{}"),
             self._timeout,
-            bls_caller.current,
+            self._caller if self._caller is not None else bls_caller.current,
         )
+
+
+def _current_caller() -> Any:
+    try:
+        from workers.python import bls_caller
+    except ImportError:  # pb_utils imported alone (no BLS possible)
+        return None
+    return bls_caller.current
 
 
 def _bls_responses(stream: Any) -> Any:
