@@ -455,6 +455,28 @@ def test_cancelling_a_request_of_a_sequence_ends_the_sequence(seq_mesh: Sequence
     assert step(5, start=True) == 5  # a new sequence: step 3's 4 was never added
 
 
+def test_cancelling_a_running_step_ends_the_sequence_after_it(seq_mesh: SequenceMesh) -> None:
+    """Step 2's client goes away while the model runs it: the step finishes, then the sequence
+    is released; the next request without START is refused."""
+    model, seq = "sequence_accumulator_py", 7002
+    client = httpclient.InferenceServerClient(seq_mesh.http[0])
+
+    def step(value: int, start: bool = False) -> int:
+        tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.full((1, 1), value, np.int32))
+        result = client.infer(model, [tensor], sequence_id=seq, sequence_start=start)
+        return int(result.as_numpy("OUTPUT")[0][0])
+
+    assert step(1, start=True) == 1
+    running = _raw_step(seq_mesh.http[0], seq, 2, {"delay_ms": 1000})
+    time.sleep(0.4)
+    running.close()  # cancelled while it runs
+    time.sleep(1.5)  # the step has finished and the sequence was released
+    with pytest.raises(InferenceServerException) as refused:
+        step(8)
+    assert "must specify the START flag" in refused.value.message()
+
+
 def test_workers_export_active_sequences_slots_and_events(seq_mesh: SequenceMesh) -> None:
     client = httpclient.InferenceServerClient(seq_mesh.http[0])
     for seq in (901, 902, 903):
