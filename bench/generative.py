@@ -2,6 +2,7 @@
 
     conch bench generative [--requests 32] [--tokens 64] [--threads 1] [--arrival-ms 0]
     conch bench generative --url http://127.0.0.1:8000     (through the mesh, streamed)
+    conch bench generative --url http://127.0.0.1:8000 --cpu-of <pid of conch up>
 
 In process (the default): the example tiny GPT (``examples/make_generative_models.py``, trained
 once into ``--model-dir``), ``--requests`` generations of ``--tokens`` tokens submitted at once
@@ -10,7 +11,9 @@ request at a time: a decoupled model without an engine) and ``static-N`` (a fixe
 that no request joins until it is done) — on the engine's own thread, as the model serves them.
 Through the mesh (``--url``): the same number of concurrent ``/generate_stream`` requests to
 ``tiny_gpt`` (continuous) and ``tiny_gpt_static`` (``batching: static``), which the example
-script writes with ``--name tiny_gpt_static --batching static``.
+script writes with ``--name tiny_gpt_static --batching static``. With ``--cpu-of``, the CPU
+seconds the mesh's processes used for each mode too (tokens per CPU second: the measure a
+shared machine does not blur).
 
 Reported per mode: tokens/s (all tokens over the wall time from the first submission to the
 last token), time to first token p50/p99, inter-token latency p50/p99. Markdown on stdout, one
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -150,17 +154,49 @@ async def _stream_one(client: Any, url: str, model: str, i: int, tokens: int) ->
     return timeline
 
 
-async def run_mesh(url: str, model: str, requests: int, tokens: int) -> dict[str, Any]:
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds (user + system) of a process and all its descendants, from /proc: the
+    mesh's own cost, which a machine shared with other work does not blur as it blurs time."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        stats[int(entry.name)] = fields
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        stack += children.get(pid, [])
+        if pid in stats:
+            total += int(stats[pid][11]) + int(stats[pid][12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+async def run_mesh(
+    url: str, model: str, requests: int, tokens: int, cpu_of: int | None = None
+) -> dict[str, Any]:
     import httpx
 
     limits = httpx.Limits(max_connections=requests + 4)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         await _stream_one(client, url, model, 0, 4)  # warm-up
+        cpu = tree_cpu_s(cpu_of) if cpu_of else 0.0
         started = time.perf_counter()
         timelines = await asyncio.gather(
             *(_stream_one(client, url, model, i, tokens) for i in range(requests))
         )
-    return summarize(f"mesh {model}", list(timelines), started)
+        cpu = tree_cpu_s(cpu_of) - cpu if cpu_of else 0.0
+    row = summarize(f"mesh {model}", list(timelines), started)
+    if cpu_of:
+        row["mesh_cpu_s"] = round(cpu, 2)
+        row["tokens_per_cpu_s"] = round(row["tokens"] / max(cpu, 0.01), 1)
+    return row
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -181,6 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--url", help="a running mesh serving tiny_gpt and tiny_gpt_static")
+    parser.add_argument(
+        "--cpu-of",
+        type=int,
+        help="with --url: the pid of `conch up` (the mesh on this machine): also report the CPU "
+        "seconds its processes used per mode, and tokens per CPU second",
+    )
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (in process)")
@@ -193,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     if args.url:
         for model in ("tiny_gpt", "tiny_gpt_static"):
-            rows.append(asyncio.run(run_mesh(args.url, model, args.requests, args.tokens)))
+            row = run_mesh(args.url, model, args.requests, args.tokens, args.cpu_of)
+            rows.append(asyncio.run(row))
     else:
         import torch
 
@@ -210,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(rows))
     for row in rows[1:]:
         print(f"continuous / {row['mode']}: {row['speedup_of_continuous']}x tokens/s")
+    if all("tokens_per_cpu_s" in row for row in rows):
+        per_cpu = ", ".join(f"{r['mode']} {r['tokens_per_cpu_s']}" for r in rows)
+        ratio = rows[0]["tokens_per_cpu_s"] / rows[-1]["tokens_per_cpu_s"]
+        print(f"tokens per CPU second of the mesh: {per_cpu} ({ratio:.2f}x)")
     if args.out:
         with args.out.open("a") as out:
             for row in rows:

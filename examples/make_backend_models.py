@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script's sibling, 
 from python_model_configs import (
     ACCUMULATOR_PY_CONFIG,
     BLS_PIPELINE_CONFIG,
+    BLS_REPEAT_CONFIG,
     PROBE_CONFIG,
     RECORDER_CONFIG,
     REPEAT_INT32_CONFIG,
@@ -204,6 +205,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "simple_string_dyna_sequence": _python_model("simple_string_dyna_sequence", STRING_DYNA_CONFIG),
     "chaos_recorder": _python_model("chaos_recorder", RECORDER_CONFIG),
     "bls_pipeline": _python_model("bls_pipeline", BLS_PIPELINE_CONFIG),
+    "bls_repeat": _python_model("bls_repeat", BLS_REPEAT_CONFIG),
 }
 
 

@@ -104,6 +104,23 @@ output [
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 
+# A decoupled model that streams repeat_int32's responses through decoupled BLS.
+BLS_REPEAT_CONFIG = """\
+name: "bls_repeat"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [
+  { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },
+  { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] }
+]
+output [
+  { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
 # Triton's decoupled square example: IN = n -> n responses OUT = [n], then the final flag.
 SQUARE_INT32_CONFIG = """\
 name: "square_int32"

@@ -14,6 +14,7 @@ import logging
 import os
 import uuid
 
+from gateway import cancellation
 from gateway.admin_store import AdminStore
 from gateway.admission import Admission
 from gateway.auth import TenantTable
@@ -51,6 +52,7 @@ class GatewayState:
         )
         refresh_s = settings.refresh_interval_ms / 1000
         self.table = ModelTable(self.redis, refresh_s)
+        self.table.on_refresh(lambda: cancellation.zero_counters(self.table.configs))
         self.readiness = Readiness(
             self.table, settings.strict_readiness, process, serves_grpc=bool(settings.grpc_port)
         )

@@ -113,6 +113,24 @@ class PendingRequests:
             self._classes[item.class_key].pop(item.key, None)
         self._compact()
 
+    def take_cancelled(self, request_ids: set[str]) -> list[Pending]:
+        """The held requests with these ids, marked like expiring ones (no batch takes them)
+        until ``remove`` once answered, or ``untake`` if the answer failed. A scan: cancels
+        are rare, and the hot path keeps no index for them."""
+        found = [
+            item
+            for item in self._held.values()
+            if item.header.id in request_ids and not (item.gone or item.expiring)
+        ]
+        for item in found:
+            item.expiring = True
+        return found
+
+    def untake(self, items: list[Pending]) -> None:
+        """Their cancel answer failed: back in the queue (the next step tries again)."""
+        for item in items:
+            item.expiring = False
+
     def due(self, now_ms: float) -> list[tuple[Pending, str]]:
         """The requests that may no longer wait, each with its message; they stay here (marked
         ``expiring``) until ``remove`` once answered, or ``retry`` if the answer failed. A request

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
+from scheduler.cancels import SchedulerCancels
 from scheduler.ensemble_host import EnsembleHost
 from scheduler.ensemble_runner import EnsembleRunner
 from scheduler.intake import Intake
@@ -65,6 +66,7 @@ class SchedulerService:
         self.intake = Intake(
             self.redis, settings, self.id, self.queues, self._streams, self._changed
         )
+        self.cancels = SchedulerCancels(self.queues)
         self.ensembles = EnsembleHost(self.redis, settings, self.id, self.intake.need_recovery)
         s = settings
         self.heartbeat = HeartbeatThread(
@@ -92,6 +94,7 @@ class SchedulerService:
             self.intake.run(),
             self._reclaim_loop(),
             self._done_loop(),
+            self.cancels.run(self.settings.redis_url),
             log_settings.follow(self.settings.redis_url),
         ]
         try:
@@ -198,6 +201,7 @@ class SchedulerService:
                 consumer=self.id,
                 on_failure=self.intake.need_recovery,
             )
+            queue.was_cancelled = self.cancels.attach()
             self.queues[key] = queue
             for stream in request_streams:
                 self._streams[stream.encode()] = key

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import redis.asyncio as aioredis
 
 from scheduler.batcher import BatchPolicy, decide
+from scheduler.cancels import answer_cancelled
 from scheduler.dispatch import new_batch, send, trace_queued
 from scheduler.error_answers import answer_errors
 from scheduler.pending import Pending, PendingRequests
@@ -77,6 +78,10 @@ class VersionQueue:
         # A decoupled model's batch stays on the batch stream until its last response, long
         # after its instance took the next one: its backlog says nothing about busy instances.
         self._unbounded = config.decoupled
+        # Cancelled request ids to take out at the next step (``scheduler.cancels``), and the
+        # question asked of each arrival: cancelled before it was read?
+        self._cancels: set[str] = set()
+        self.was_cancelled: Callable[[str], bool] | None = None
         self._queue_hist = {
             level: metrics.child(metrics.QUEUE_SECONDS, self.model, version, level)
             for level in self.levels
@@ -94,7 +99,14 @@ class VersionQueue:
 
     def add(self, header: RequestHeader, stream: bytes, entry_id: bytes, data: bytes) -> None:
         if self._pending.add(header, stream, entry_id, data):
+            if self.was_cancelled is not None and self.was_cancelled(header.id):
+                self._cancels.add(header.id)
             self._arrived.set()
+
+    def cancel(self, request_id: str) -> None:
+        """Its client cancelled it: taken out of the queue at the next step, if held here."""
+        self._cancels.add(request_id)
+        self._arrived.set()
 
     def holds(self, stream: bytes, entry_id: bytes) -> bool:
         return self._pending.holds(stream, entry_id)
@@ -136,6 +148,8 @@ class VersionQueue:
         return 1
 
     async def _step(self) -> None:
+        if self._cancels:
+            await self._take_cancelled()
         await self._expire()
         now_us = time.monotonic() * 1e6
         head = self._pending.head(self._head_size())
@@ -189,6 +203,25 @@ class VersionQueue:
             self._pending.retry(expired)  # still held: answered at the next step
             raise
         self._pending.remove([item for item, _ in expired])
+
+    async def _take_cancelled(self) -> None:
+        ids, self._cancels = self._cancels, set()
+        taken = self._pending.take_cancelled(ids)
+        if not taken:
+            return
+        try:
+            await answer_cancelled(
+                self._redis,
+                self.model,
+                self.version,
+                [(i.header, i.stream, i.entry_id) for i in taken],
+                self.consumer,
+            )
+        except BaseException:
+            self._pending.untake(taken)
+            self._cancels |= {i.header.id for i in taken}
+            raise
+        self._pending.remove(taken)
 
     async def retire(self, message: str) -> None:
         """The version is no longer served: answer every request still held with an error."""

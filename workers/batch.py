@@ -1,10 +1,12 @@
 """One batch of one version: decode it, answer what may not run, execute the rest, publish, ack.
 
-A batch (the scheduler's, or one request admitted direct: ``shared.batch_entry``) delivered more
-than ``max_deliveries`` times, or that does not decode, is dead-lettered (``workers.poison``). A
-request past its deadline is answered with an error (a failure, as in Triton). Replies, then one
-fenced script (still ours? ack, count, announce: ``shared.fencing``) go out in one round trip.
-Executions run on a thread pool; an instance is never unloaded while ``execute`` runs on it.
+A batch (the scheduler's, or one request admitted direct: ``shared.batch_entry``) delivered over
+``max_deliveries`` times, or undecodable, is answered with errors and dead-lettered
+(``workers.poison``). A request runs only before its deadline (the others are failures, as Triton
+counts them) and if not cancelled. The replies, then one fenced script (``shared.fencing``: still
+ours? ack, count, announce) go out in one round trip; a worker that lost the batch while frozen
+has its ack and statistics dropped. Executions run on a thread pool; an instance is never unloaded
+while ``execute`` runs on it (``wait_idle``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from shared import batch_entry, envelope, keys, metrics, sequence_params, streams, tensors, tracing
+from shared.cancel_listener import CancelledRequests
 from shared.envelope import InferRequest, Reply, Timing
 from shared.errors import ConchError, ErrorCode
 from shared.fencing import queue_fenced_ack
@@ -28,8 +31,8 @@ from shared.redis_retry import until_answered
 from workers import poison
 from workers.backend import ModelInstance, ModelRequest
 from workers.cancel_check import drop_cancelled
-from workers.cancel_listener import CancelledRequests
 from workers.loader import LoadedVersion
+from workers.running_cancels import run_watched
 from workers.settings import WorkerSettings
 from workers.stream_batch import StreamBatch
 from workers.stream_sink import output_datatype
@@ -46,8 +49,7 @@ class BatchProcessor:
         self.executor: ThreadPoolExecutor | None = None
         # Instance (by identity) -> its execution running on the pool.
         self._running: dict[int, concurrent.futures.Future[object]] = {}
-        # Requests cancelled by their clients, as announced (``workers.cancel_listener``).
-        self.cancelled = CancelledRequests()
+        self.cancelled = CancelledRequests()  # as announced (``shared.cancel_listener``)
 
     async def wait_idle(
         self, instances: list[ModelInstance], timeout_s: float | None = None
@@ -221,7 +223,8 @@ class BatchProcessor:
                 del self._running[id(instance)]
 
         running.add_done_callback(finished)
-        execution = await asyncio.wrap_future(running)
+        watch = run_watched(self._redis, config.name, model_requests, self.cancelled, instance)
+        execution = await watch(asyncio.wrap_future(running))  # is_cancelled() reaches it
         if tracing.ENABLED:
             _trace_requests("conch.worker.execute", accepted, started_ns, self._id)
         batch_size = sum(r.batch_size for r in model_requests)

@@ -4,7 +4,7 @@ Workers ask before running a request (a cancelled one is answered CANCELLED and 
 and, for a decoupled model, every ``POLL_S`` while its streams are open (the model then sees
 ``is_cancelled()``). An ordinary request is asked about only when it waited long enough to have
 been abandoned (``WAITED_MS``), and then only when the worker's cancel listener
-(``workers.cancel_listener``) may have missed its cancellation: the hot path makes no extra
+(``shared.cancel_listener``) may have missed its cancellation: the hot path makes no extra
 round trip.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 
 from shared import envelope, keys
+from shared.cancel_listener import CancelledRequests
 from shared.envelope import InferRequest, Reply
 from shared.errors import ErrorCode
-from workers.cancel_listener import CancelledRequests
 
 log = logging.getLogger(__name__)
 

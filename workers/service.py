@@ -16,9 +16,16 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from shared import heartbeats, log_settings, metrics, readiness, redis_conn, repository
+from shared import (
+    cancel_listener,
+    heartbeats,
+    log_settings,
+    metrics,
+    readiness,
+    redis_conn,
+    repository,
+)
 from shared.health_http import HealthServer
-from workers import cancel_listener
 from workers.backend import Backend, ModelInstance
 from workers.backend_table import load_backend
 from workers.batch import BatchProcessor
@@ -51,7 +58,12 @@ class WorkerService:
         self._batches = BatchProcessor(self.redis, settings, self.id)
         loop = BatchLoop(self.redis, settings, self.id, self._stopping, self._batches)
         sequences = SequenceServing(
-            self.redis, settings, self.id, self._stopping, lambda: self._batches.executor
+            self.redis,
+            settings,
+            self.id,
+            self._stopping,
+            lambda: self._batches.executor,
+            self._batches.cancelled,
         )
 
         async def serve(loaded: LoadedVersion, instance: ModelInstance, lane: Lane) -> None:

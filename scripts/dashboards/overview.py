@@ -83,6 +83,25 @@ OVERVIEW = Dashboard(
             "reqps",
         ),
         Panel(
+            "Cancelled requests/s by model",
+            [
+                (
+                    "sum by (model) "
+                    f"(rate(conch_requests_cancelled_total{{{M}}}[$__rate_interval]))",
+                    "{{model}} marked by gateways",
+                ),
+                (
+                    "sum by (model) (rate(nv_inference_request_failure"
+                    f'{{{M},reason="CANCELED"}}[$__rate_interval]))',
+                    "{{model}} never run (scheduler, worker)",
+                ),
+            ],
+            "reqps",
+            description="Clients that disconnected, cancelled or stopped reading (gateways); "
+            "cancelled requests taken out of a queue or skipped before running (Triton's "
+            "CANCELED failures).",
+        ),
+        Panel(
             "Server error ratio by model (gateway)",
             [(ratio_errors("model"), "{{model}}")],
             "percentunit",

@@ -137,6 +137,11 @@ def record_client_cancel(model: str) -> None:
     child(CLIENT_CANCELLATIONS, model).inc()
 
 
+def init_client_cancels(model: str) -> None:
+    """The model's gateway cancellation counter at zero (rates read 0 before the first)."""
+    child(CLIENT_CANCELLATIONS, model)
+
+
 def record_request(model: str, version: int, arm: str, code: str, seconds: float) -> None:
     """One inference request answered by a gateway process (code "OK" or an error code)."""
     child(GATEWAY_REQUESTS, model, version, arm, code).inc()

@@ -3,9 +3,10 @@ Runtime worker) with ``exec()`` and the ``add_sub_chain`` ensemble with ``await 
 each through the called model's queue.
 
 What a Triton user depends on: the results of the calls, their errors as
-``InferenceResponse.error()`` (an unknown model, a bad shape), ``pb_utils.is_model_ready``, a clear
-"not supported yet" for a decoupled call. (That the calls carry the caller's priority, tenant
-and deadline: tests/integration/test_bls_client.py.)
+``InferenceResponse.error()`` (an unknown model, a bad shape, also through a decoupled call),
+``pb_utils.is_model_ready``. (Decoupled BLS to a decoupled model: tests/e2e/test_streaming.py;
+that the calls carry the caller's priority, tenant and deadline:
+tests/integration/test_bls_client.py.)
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ def test_a_python_model_calls_two_models_through_bls(bls_mesh: Mesh) -> None:
     assert result.as_numpy("READY").tolist() == [[1, 0], [1, 0]]  # pb_utils.is_model_ready
     stats = client.get_inference_statistics("add_sub")["model_stats"][0]
     assert stats["inference_count"] >= 2 + 3 * 2  # the direct call and the ensemble's 3 steps
+    # exec(decoupled=True) to an ordinary model: an iterator of its one response.
+    decoupled = client.infer("bls_pipeline", _inputs(a, b), parameters={"bls_decoupled": True})
+    np.testing.assert_allclose(decoupled.as_numpy("OUTPUT0"), a + b)
 
 
 @pytest.mark.parametrize(
@@ -80,7 +84,10 @@ def test_a_python_model_calls_two_models_through_bls(bls_mesh: Mesh) -> None:
     [
         ({"bls_target": "no_such_model"}, "Request for unknown model: 'no_such_model'"),
         ({"bls_bad_shape": True}, "unexpected shape for input 'INPUT0' for model 'add_sub'"),
-        ({"bls_decoupled": True}, "decoupled BLS (exec(decoupled=True)) is not supported"),
+        (
+            {"bls_decoupled": True, "bls_target": "no_such_model"},
+            "Request for unknown model: 'no_such_model'",
+        ),
     ],
 )
 def test_bls_errors_come_back_as_the_responses_error(

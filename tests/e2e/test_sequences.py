@@ -10,7 +10,9 @@ The kill test runs last: it takes a worker away from the module's mesh.
 
 from __future__ import annotations
 
+import json
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -393,6 +395,86 @@ def sequence_metrics(seq_mesh: SequenceMesh, model: str) -> dict[str, float]:
                 )
                 totals[name] = totals.get(name, 0.0) + sample.value
     return totals
+
+
+def _raw_step(address: str, seq: int, value: int, parameters: dict) -> socket.socket:
+    """One step of sequence_accumulator_py on a raw socket (closing it cancels the request)."""
+    body = json.dumps(
+        {
+            "parameters": {"sequence_id": seq, **parameters},
+            "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [value]}],
+        }
+    ).encode()
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(
+        b"POST /v2/models/sequence_accumulator_py/infer HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    return sock
+
+
+def test_cancelling_a_request_of_a_sequence_ends_the_sequence(seq_mesh: SequenceMesh) -> None:
+    """Step 2 runs (held 1.5 s by the model), step 3 waits behind it and its client goes away:
+    step 3 never runs, is counted once as cancelled, and the sequence is over: a next request
+    without START is refused with Triton's error, and a START begins again from zero."""
+    model, seq = "sequence_accumulator_py", 7001
+    client = httpclient.InferenceServerClient(seq_mesh.http[0])
+    stats = lambda: client.get_inference_statistics(model)["model_stats"][0]["inference_stats"]  # noqa: E731
+    before = stats()["cancel"]["count"]
+
+    def step(value: int, start: bool = False) -> int:
+        tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.full((1, 1), value, np.int32))
+        result = client.infer(model, [tensor], sequence_id=seq, sequence_start=start)
+        return int(result.as_numpy("OUTPUT")[0][0])
+
+    assert step(1, start=True) == 1
+    running = _raw_step(seq_mesh.http[0], seq, 2, {"delay_ms": 1500})
+    time.sleep(0.3)
+    queued = _raw_step(seq_mesh.http[0], seq, 4, {})
+    time.sleep(0.3)
+    queued.close()  # the client of step 3 goes away while it waits behind step 2
+    running.settimeout(20)
+    answer = b""
+    while b'"data":[3]' not in answer:  # step 2 ran: 1 + 2
+        chunk = running.recv(65536)
+        assert chunk, answer
+        answer += chunk
+    running.close()
+    deadline = time.monotonic() + 10
+    while stats()["cancel"]["count"] == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stats()["cancel"]["count"] == before + 1
+    with pytest.raises(InferenceServerException) as refused:
+        step(8)
+    assert (
+        f"inference request for sequence {seq} to model '{model}' must specify the START flag"
+        in refused.value.message()
+    )
+    assert step(5, start=True) == 5  # a new sequence: step 3's 4 was never added
+
+
+def test_cancelling_a_running_step_ends_the_sequence_after_it(seq_mesh: SequenceMesh) -> None:
+    """Step 2's client goes away while the model runs it: the step finishes, then the sequence
+    is released; the next request without START is refused."""
+    model, seq = "sequence_accumulator_py", 7002
+    client = httpclient.InferenceServerClient(seq_mesh.http[0])
+
+    def step(value: int, start: bool = False) -> int:
+        tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.full((1, 1), value, np.int32))
+        result = client.infer(model, [tensor], sequence_id=seq, sequence_start=start)
+        return int(result.as_numpy("OUTPUT")[0][0])
+
+    assert step(1, start=True) == 1
+    running = _raw_step(seq_mesh.http[0], seq, 2, {"delay_ms": 1000})
+    time.sleep(0.4)
+    running.close()  # cancelled while it runs
+    time.sleep(1.5)  # the step has finished and the sequence was released
+    with pytest.raises(InferenceServerException) as refused:
+        step(8)
+    assert "must specify the START flag" in refused.value.message()
 
 
 def test_workers_export_active_sequences_slots_and_events(seq_mesh: SequenceMesh) -> None:

@@ -34,7 +34,7 @@ from tests.mesh import Mesh, flush_database
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-MODELS = ["square_int32", "repeat_int32", "chaos_recorder"]
+MODELS = ["square_int32", "repeat_int32", "chaos_recorder", "bls_repeat"]
 
 
 class StreamMesh:
@@ -43,6 +43,7 @@ class StreamMesh:
         self.http = f"http://{mesh.url}"
         # A second gateway with the inference fast path off: /infer through the Litestar route.
         self.litestar_port = litestar_port
+        self.scheduler_port = 0  # the scheduler's health and metrics
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,11 @@ def stream_mesh(
     port = free_port()
     bounds = {"CONCH_GATEWAY_DEAD_BOUND_MS": "2000", "CONCH_WORKER_DEAD_BOUND_MS": "2000"}
     try:
-        mesh.start_scheduler(CONCH_SCHEDULER_DEAD_BOUND_MS="2000")
+        scheduler_port = free_port()
+        mesh.start_scheduler(
+            CONCH_SCHEDULER_DEAD_BOUND_MS="2000",
+            CONCH_SCHEDULER_HEALTH_PORT=str(scheduler_port),
+        )
         mesh.start_worker(
             backend="python",
             CONCH_CHAOS_RECORD_DIR=str(record),
@@ -89,7 +94,9 @@ def stream_mesh(
                 if ready.status_code == 200:
                     break
             time.sleep(0.2)
-        yield StreamMesh(mesh, f"127.0.0.1:{port}", record, litestar_port)
+        streaming = StreamMesh(mesh, f"127.0.0.1:{port}", record, litestar_port)
+        streaming.scheduler_port = scheduler_port
+        yield streaming
     finally:
         mesh.stop()
 
@@ -248,6 +255,86 @@ def test_streaming_infer_returns_v2_bodies_as_events(stream_mesh: StreamMesh) ->
             ]
 
 
+def _bls_repeat(values: list[int], delay_ms: int) -> list[grpcclient.InferInput]:
+    inputs = []
+    for name, data, datatype in (
+        ("IN", np.array(values, dtype=np.int32), "INT32"),
+        ("DELAY", np.full(len(values), delay_ms, dtype=np.uint32), "UINT32"),
+    ):
+        tensor = grpcclient.InferInput(name, list(data.shape), datatype)
+        tensor.set_data_from_numpy(data)
+        inputs.append(tensor)
+    return inputs
+
+
+@pytest.mark.parametrize("mode", ["exec", "async_exec"])
+def test_decoupled_bls_returns_the_called_models_responses(
+    stream_mesh: StreamMesh, mode: str
+) -> None:
+    """bls_repeat calls repeat_int32 with exec(decoupled=True) / async_exec(decoupled=True) and
+    passes each of its responses on: N responses, in order."""
+    collected = Collected()
+    parameters = {"bls_async": True} if mode == "async_exec" else {}
+    with grpcclient.InferenceServerClient(stream_mesh.grpc_url) as client:
+        client.start_stream(callback=collected)
+        client.async_stream_infer(
+            "bls_repeat",
+            _bls_repeat([4, 5, 6], 10),
+            request_id="bls",
+            parameters=parameters,
+            enable_empty_final_response=True,
+        )
+        frames = _frames(collected.take(4))
+        assert frames["bls"] == [([4], False), ([5], False), ([6], False), (None, True)]
+        # No responses: only the final (the called model's empty final is not passed on).
+        client.async_stream_infer(
+            "bls_repeat",
+            _bls_repeat([], 0),
+            request_id="none",
+            parameters=parameters,
+            enable_empty_final_response=True,
+        )
+        assert _frames(collected.take(1))["none"] == [(None, True)]
+        client.stop_stream()
+
+
+def test_plain_bls_exec_of_a_decoupled_model_is_an_error_response(
+    stream_mesh: StreamMesh,
+) -> None:
+    collected = Collected()
+    with grpcclient.InferenceServerClient(stream_mesh.grpc_url) as client:
+        client.start_stream(callback=collected)
+        client.async_stream_infer(
+            "bls_repeat", _bls_repeat([1], 0), request_id="plain", parameters={"bls_plain": True}
+        )
+        (error,) = collected.take(1)
+        client.stop_stream()
+    assert isinstance(error, InferenceServerException)
+    assert "model 'repeat_int32' uses the decoupled transaction policy" in error.message()
+    assert "exec(decoupled=True)" in error.message()
+
+
+def test_cancelling_the_caller_cancels_its_decoupled_bls_call(stream_mesh: StreamMesh) -> None:
+    """The client of bls_repeat cancels mid-stream: the BLS call it made to repeat_int32 is
+    cancelled with it (its child), and repeat_int32 stops (its own record)."""
+    marker = "repeat_int32 cancelled"
+    path = stream_mesh.mesh.log_dir / "worker.log"  # type: ignore[operator]
+    seen = path.read_text(errors="replace").count(marker)
+    collected = Collected()
+    client = grpcclient.InferenceServerClient(stream_mesh.grpc_url)
+    client.start_stream(callback=collected)
+    client.async_stream_infer("bls_repeat", _bls_repeat(list(range(50)), 200), request_id="c")
+    assert [r.as_numpy("OUT").tolist() for r in collected.take(2)] == [[0], [1]]
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if path.read_text(errors="replace").count(marker) > seen:
+            break
+        time.sleep(0.1)
+    assert path.read_text(errors="replace").count(marker) == seen + 1
+
+
 def _stats(stream_mesh: StreamMesh, model: str) -> dict:
     answer = httpx.get(f"{stream_mesh.http}/v2/models/{model}/stats", timeout=10)
     return answer.json()["model_stats"][0]["inference_stats"]
@@ -302,6 +389,15 @@ def test_sse_client_disconnect_stops_the_model(stream_mesh: StreamMesh) -> None:
     assert path.read_text(errors="replace").count(marker) == seen + 1
 
 
+def _scheduler_pending(stream_mesh: StreamMesh, model: str) -> float:
+    """Triton's pending-request gauge of the scheduler (requests held in its queue)."""
+    text = httpx.get(f"http://127.0.0.1:{stream_mesh.scheduler_port}/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith("nv_inference_pending_request_count{") and f'model="{model}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no pending-request gauge for {model}")
+
+
 def _recorded(record: Path) -> list[str]:
     return [
         line for log in record.glob("exec-*.log") for line in log.read_text().splitlines() if line
@@ -318,6 +414,29 @@ def _raw_infer(port: int, ident: int) -> socket.socket:
         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     )
     return sock
+
+
+def test_an_ordinary_python_model_sees_is_cancelled_while_it_runs(
+    stream_mesh: StreamMesh,
+) -> None:
+    """chaos_recorder (not decoupled) is held mid-execute; its client disconnects: the model's
+    request.is_cancelled() turns true while it still runs (it logs so and stops holding)."""
+    record = stream_mesh.record
+    for stale in record.glob("holding-worker-*"):
+        stale.unlink()
+    hold = record / "hold-worker"
+    hold.touch()
+    try:
+        sock = _raw_infer(stream_mesh.mesh.http_port, 9501)
+        deadline = time.monotonic() + 10
+        while not list(record.glob("holding-worker-*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert list(record.glob("holding-worker-*")), "the request is not running"
+        sock.close()  # the client goes away while its request runs
+        assert _worker_log_has(stream_mesh, "chaos_recorder cancelled 9501", timeout_s=10)
+        assert hold.exists()  # seen while running, not after the hold ended
+    finally:
+        hold.unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize(("route", "base_id"), [("fast path", 9000), ("litestar", 9100)])
@@ -351,7 +470,15 @@ def test_cancel_while_queued_never_runs(stream_mesh: StreamMesh, route: str, bas
         queued = _raw_infer(port, base_id + 3)  # waits: both instances are busy
         time.sleep(0.5)
         queued.close()  # the client goes away while its request waits
-        time.sleep(0.5)
+        # The scheduler takes it out of its queue at once (counted while both instances are
+        # still held): it does not keep its place until a worker reaches it.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if _stats(stream_mesh, "chaos_recorder")["cancel"]["count"] > before:
+                break
+            time.sleep(0.1)
+        assert _stats(stream_mesh, "chaos_recorder")["cancel"]["count"] == before + 1
+        assert _scheduler_pending(stream_mesh, "chaos_recorder") == 0
     finally:
         hold.unlink()
     for holder in holders:

@@ -65,8 +65,6 @@ def test_request_response_and_error_objects() -> None:
     assert pb_utils.TritonError("x").code() == pb_utils.TritonError.INTERNAL
     ok = pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.arange(4))])
     assert pb_utils.get_output_tensor_by_name(ok, "OUT").as_numpy().tolist() == [0, 1, 2, 3]
-    with pytest.raises(pb_utils.TritonModelException, match="decoupled BLS"):
-        request.exec(decoupled=True)  # comes with streaming responses
     with pytest.raises(pb_utils.TritonModelException):
         pb_utils.Tensor("bad", [1, 2])
 
@@ -99,5 +97,3 @@ def test_response_sender_rules() -> None:
         sender.send(response)
     with pytest.raises(pb_utils.TritonModelException, match="decoupled: true"):
         pb_utils.InferenceRequest().get_response_sender()
-    with pytest.raises(pb_utils.TritonModelException, match="not supported by Conch yet"):
-        pb_utils.InferenceRequest().exec(decoupled=True)

@@ -11,6 +11,12 @@ shorten it.
 The client lives on an event loop of its own, on a thread of the model process, created at the
 first call: ``exec`` waits on it from ``execute``'s thread, ``async_exec`` from the model's own
 loop. Errors never raise: they come back as ``InferenceResponse.error()``, as in Triton.
+
+A decoupled call (``exec(decoupled=True)``) opens the called request's frames as a stream
+(``workers.python.bls_stream``). A non-decoupled call to a decoupled model is refused, as
+Triton refuses it. Every call is recorded as a child of the calling requests
+(``keys.cancel_children``), so that cancelling a caller cancels its BLS calls; a call made for
+callers all cancelled already is answered CANCELLED without being queued.
 """
 
 from __future__ import annotations
@@ -34,9 +40,12 @@ from shared.replies import ReplyRouter
 from shared.settings import Settings
 from shared.submission import Submitter
 from workers.python.bls_caller import Caller
+from workers.python.bls_stream import BlsStream
 
 # Without a calling request (a BLS call from initialize), a call may take this long.
 DEFAULT_TIMEOUT_MS = 30_000
+# How long a caller's list of children outlives the call's deadline (as the cancel keys do).
+CHILD_GRACE_MS = 60_000
 
 
 class BlsSettings(Settings, kw_only=True):
@@ -91,6 +100,24 @@ class BlsClient:
         call = self._call(model, version, inputs, outputs, parameters, timeout_us, caller)
         return asyncio.run_coroutine_threadsafe(call, self._loop)
 
+    def open_stream(
+        self,
+        model: str,
+        version: int,
+        inputs: list[tuple[str, np.ndarray]],
+        outputs: list[str],
+        parameters: dict[str, Any],
+        timeout_us: int,
+        caller: Caller,
+    ) -> BlsStream:
+        """A decoupled call: its responses, as the called model sends them."""
+        stream = BlsStream(self._loop, self._redis, self._replies, model, new_id())
+        call = self._call(
+            model, version, inputs, outputs, parameters, timeout_us, caller, stream=stream
+        )
+        stream.opened = asyncio.run_coroutine_threadsafe(call, self._loop)
+        return stream
+
     def is_model_ready(self, model: str, version: int) -> bool:
         return asyncio.run_coroutine_threadsafe(self._ready(model, version), self._loop).result(
             timeout=10
@@ -110,15 +137,32 @@ class BlsClient:
         parameters: dict[str, Any],
         timeout_us: int,
         caller: Caller,
+        stream: BlsStream | None = None,
     ) -> Reply:
+        """One call: its reply, or (``stream``) an empty reply once it is queued, its frames
+        going to the stream; an error reply either way when it could not be made."""
         now = int(time.time() * 1000)
         deadline = caller.deadline_ms or now + DEFAULT_TIMEOUT_MS
         if timeout_us > 0:
             deadline = min(deadline, now + timeout_us // 1000)
-        request_id = new_id()
+        request_id = stream.request_id if stream is not None else new_id()
         try:
             config, number = await self._resolve(model, version)
-            future = self._replies.expect(request_id)
+            if config.decoupled and stream is None:
+                raise ConchError(
+                    ErrorCode.INVALID_ARG,
+                    f"model '{model}' uses the decoupled transaction policy: call it with "
+                    "exec(decoupled=True) (or async_exec(decoupled=True)) to get its responses",
+                )
+            if not await self._adopt(caller, model, request_id, deadline):
+                raise ConchError(
+                    ErrorCode.CANCELLED,
+                    "Request was cancelled: the calling request was cancelled before this BLS "
+                    "call was made",
+                )
+            future = None if stream is not None else self._replies.expect(request_id)
+            if stream is not None:
+                stream.begin(deadline)
             async with asyncio.timeout(max(deadline - now, 1) / 1000 + 0.05):
                 await self._submitter.submit(
                     config,
@@ -133,6 +177,8 @@ class BlsClient:
                     priority=caller.priority,
                     tenant=caller.tenant,
                 )
+                if future is None:
+                    return Reply(id=request_id, model=model, version=number, final=False)
                 return await future
         except ConchError as exc:
             return _error(request_id, model, version, exc.code, exc.message)
@@ -141,6 +187,22 @@ class BlsClient:
             return _error(request_id, model, version, ErrorCode.DEADLINE_EXCEEDED, message)
         finally:
             self._replies.forget(request_id)
+
+    async def _adopt(self, caller: Caller, model: str, request_id: str, deadline_ms: int) -> bool:
+        """Record the call as a child of its callers (one round trip); False when every caller
+        was cancelled already (then the call is not made)."""
+        if not caller.parents:
+            return True
+        child = f"{model}\x00{request_id}"
+        ttl_ms = max(1, deadline_ms - int(time.time() * 1000)) + CHILD_GRACE_MS
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for parent in caller.parents:
+                pipe.sadd(keys.cancel_children(caller.model, parent), child)
+                pipe.pexpire(keys.cancel_children(caller.model, parent), ttl_ms)
+            for parent in caller.parents:
+                pipe.exists(keys.cancel(caller.model, parent))
+            answers = await pipe.execute()
+        return not all(answers[2 * len(caller.parents) :])
 
     async def _resolve(self, model: str, version: int) -> tuple[ModelConfig, int]:
         rev = int(await self._redis.get(keys.models_rev()) or 0)

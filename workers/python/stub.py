@@ -52,17 +52,10 @@ def main(conn: Connection, init: dict[str, Any]) -> None:
     import pb_metrics  # beside pb_utils, importable once _load has set the path
 
     config = json.loads(init["args"]["model_config"])
-    link = None
-    if pb_utils.using_decoupled_model_transaction_policy(config):
-        link = stub_decoupled.Link(conn)  # responses from any thread; cancels at any time
-        recv, send = link.recv, link.send
-    else:
-
-        def recv() -> Any:
-            return ipc.recv(conn)
-
-        def send(message: Any) -> None:
-            ipc.send(conn, message)
+    # Responses from any thread (decoupled models); cancels at any time (every model).
+    link = stub_decoupled.Link(conn)
+    recv, send = link.recv, link.send
+    decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
 
     seen, families = pb_metrics.snapshot(0)
     send(("ready", os.getpid(), families))
@@ -77,12 +70,12 @@ def main(conn: Connection, init: dict[str, Any]) -> None:
                 logging.getLogger().setLevel(message[2])  # the fleet's level changed
             t0 = time.perf_counter_ns()
             name = init["args"]["model_name"]
-            if link is None:
-                replies = _execute(pb_utils, model, name, payload)
+            if not decoupled:
+                replies = _execute(pb_utils, model, name, payload, link)
             else:
                 replies = []
                 requests = [_request(pb_utils, name, item) for item in payload]
-                bls_caller.current = _batch_caller(payload)
+                bls_caller.current = _batch_caller(payload, name)
                 stub_decoupled.execute(pb_utils, model, link, requests, _await, _describe)
             elapsed = time.perf_counter_ns() - t0
             seen, families = pb_metrics.snapshot(seen)
@@ -180,18 +173,38 @@ def _load(init: dict[str, Any]) -> tuple[ModuleType, Any]:
     return pb_utils, model
 
 
-def _batch_caller(payload: list[Any]) -> Any:
-    """Who the batch's BLS calls act for: its requests' priority, tenant and deadline."""
+def _batch_caller(payload: list[Any], model_name: str) -> Any:
+    """Who the batch's BLS calls act for: its requests' priority, tenant and deadline, and the
+    requests themselves (cancelling them cancels the calls)."""
     return bls_caller.batch_caller(
-        [bls_caller.Caller(*item[6]) for item in payload if len(item) > 6]
+        [bls_caller.Caller(*item[6]) for item in payload if len(item) > 6],
+        model_name,
+        [item[0] for item in payload],
     )
 
 
-def _execute(pb_utils: ModuleType, model: Any, model_name: str, payload: list[Any]) -> list[Reply]:
+def _execute(
+    pb_utils: ModuleType,
+    model: Any,
+    model_name: str,
+    payload: list[Any],
+    link: stub_decoupled.Link,
+) -> list[Reply]:
     """Run execute on the batch; when it raises, run each request alone so that only the
-    request that caused the exception fails (Triton would fail the whole batch)."""
+    request that caused the exception fails (Triton would fail the whole batch). The requests
+    see ``is_cancelled()`` turn true when the worker says so meanwhile."""
     requests = [_request(pb_utils, model_name, item) for item in payload]
-    bls_caller.current = _batch_caller(payload)
+    for request in requests:
+        request._cancelled = link.is_cancelled
+    bls_caller.current = _batch_caller(payload, model_name)
+    try:
+        return _run_batch(pb_utils, model, requests)
+    finally:
+        for request in requests:
+            link.forget(request.request_id())
+
+
+def _run_batch(pb_utils: ModuleType, model: Any, requests: list[Any]) -> list[Reply]:
     try:
         return _run(pb_utils, model, requests)
     except Exception as exc:

@@ -16,8 +16,9 @@ Decoupled models (``model_transaction_policy { decoupled: true }``) answer throu
 ``request.get_response_sender()``: the model process gives each request an
 :class:`InferenceResponseSender` whose ``send`` goes to the worker at once (``stub_decoupled``).
 
-Not provided (they raise :class:`TritonModelException` saying so): BLS (``InferenceRequest.exec``)
-and model control (``load_model``/``unload_model``).
+BLS (``InferenceRequest.exec``/``async_exec``, decoupled or not) goes through the mesh
+(``workers.python.bls_client``). Not provided (it raises :class:`TritonModelException` saying
+so): model control (``load_model``/``unload_model``).
 """
 
 from __future__ import annotations
@@ -200,6 +201,9 @@ class InferenceRequest:
         # Set by the model process for a request it received (not for a BLS request).
         self._sender: InferenceResponseSender | None = None
         self._cancelled: Any = None
+        # A BLS request acts for the batch being executed when it is made (also when a thread
+        # of a decoupled model calls exec after execute returned).
+        self._caller = _current_caller()
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -230,8 +234,9 @@ class InferenceRequest:
         return self._model_name
 
     def is_cancelled(self) -> bool:
-        """True once the client disconnected or cancelled (decoupled models see it while they
-        run; other requests are checked before they run)."""
+        """True once the client disconnected or cancelled, within about 50 ms (the worker
+        polls the cancel keys of running requests), in ``execute`` and, for decoupled models,
+        after it."""
         return bool(self._cancelled and self._cancelled(self._request_id))
 
     def trace(self) -> None:
@@ -245,33 +250,87 @@ class InferenceRequest:
             )
         return self._sender
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
+    def exec(self, decoupled: bool = False) -> Any:
         """BLS: run this request on ``model_name`` through the mesh (``workers.python.bls_client``)
-        and wait for its response; an error comes back as ``response.error()``."""
-        return _bls_response(self._bls_submit(decoupled).result())
+        and wait for its response; an error comes back as ``response.error()``. With
+        ``decoupled=True``: an iterator of the responses as the called model sends them (the
+        last may be empty: the final flag sent alone)."""
+        if decoupled:
+            return _bls_responses(self._bls_call(stream=True))
+        return _bls_response(self._bls_call(stream=False).result())
 
-    async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
+    async def async_exec(self, decoupled: bool = False) -> Any:
+        """``exec`` for ``async def execute``; ``decoupled=True`` gives an async iterator."""
         import asyncio
 
-        return _bls_response(await asyncio.wrap_future(self._bls_submit(decoupled)))
-
-    def _bls_submit(self, decoupled: bool) -> Any:
         if decoupled:
-            raise TritonModelException(
-                "decoupled BLS (exec(decoupled=True)) is not supported by Conch yet: it comes "
-                "with streaming responses; call exec() for one response"
-            )
+            return _AsyncResponses(self._bls_call(stream=True))
+        return _bls_response(await asyncio.wrap_future(self._bls_call(stream=False)))
+
+    def _bls_call(self, stream: bool) -> Any:
         from workers.python import bls_caller, bls_client
 
-        return bls_client.client().submit(
+        client = bls_client.client()
+        call = client.open_stream if stream else client.submit
+        return call(
             self._model_name,
             self._model_version,
             [(t.name(), t.as_numpy()) for t in self._inputs],
             self._requested,
             json.loads(self._parameters or "{}"),
             self._timeout,
-            bls_caller.current,
+            self._caller if self._caller is not None else bls_caller.current,
         )
+
+
+def _current_caller() -> Any:
+    try:
+        from workers.python import bls_caller
+    except ImportError:  # pb_utils imported alone (no BLS possible)
+        return None
+    return bls_caller.current
+
+
+def _bls_responses(stream: Any) -> Any:
+    """The responses of a decoupled BLS call; leaving early cancels the call."""
+    try:
+        while True:
+            reply = stream.next_sync()
+            yield _bls_response(reply)
+            if reply.final or reply.error_code:
+                return
+    finally:
+        stream.close()
+
+
+class _AsyncResponses:
+    """``async for response in await request.async_exec(decoupled=True)``."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._done = False
+
+    def __aiter__(self) -> _AsyncResponses:
+        return self
+
+    async def __anext__(self) -> InferenceResponse:
+        import asyncio
+
+        if self._done:
+            raise StopAsyncIteration
+        call = asyncio.run_coroutine_threadsafe(self._stream.next(), self._stream.loop)
+        reply = await asyncio.wrap_future(call)
+        if reply.final or reply.error_code:
+            self._done = True
+        return _bls_response(reply)
+
+    async def aclose(self) -> None:
+        self._done = True
+        self._stream.close()
+
+    def __del__(self) -> None:
+        if not self._done:
+            self._stream.close()
 
 
 class InferenceResponse:

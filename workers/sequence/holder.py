@@ -1,13 +1,12 @@
-"""The serving loop of one execution instance of a sequence model: it runs the steps of the
-sequences bound to it, one step per sequence at a time, in arrival order.
+"""The serving loop of one execution instance of a sequence model: the steps of the sequences
+bound to it, one step per sequence at a time, in arrival order.
 
-The admission script queues each step on its sequence's list and rings the holder's doorbell.
-The loop reads the marked sequences' head steps (or takes a step off its bell), lets the pure
-policy choose the next execution, runs it, then publishes the replies and commits each step with
-its state in one round trip; the commit answers with each sequence's next head. States are
-cached here; a sequence that arrives from another holder starts from its committed state. Every
-reconcile interval the loop releases idle sequences, re-reads what it holds (a lost bell costs
-a delay, never a step) and publishes its occupancy.
+The admission script queues each step and rings the holder's doorbell. The loop reads the
+marked sequences' head steps (or takes a step off its bell), lets the pure policy choose the
+next execution, runs it, then publishes the replies and commits each step with its state in one
+round trip (answered with each sequence's next head). States are cached here. Every reconcile
+interval it releases idle sequences, re-reads what it holds and publishes its occupancy. A
+cancelled step ends its sequence (``workers.sequence.cancels``).
 """
 
 from __future__ import annotations
@@ -20,12 +19,14 @@ import time
 import redis.asyncio as aioredis
 
 from shared import envelope, metrics
+from shared.cancel_listener import CancelledRequests
 from shared.sequence_config import SequenceSpec
 from workers.backend import ModelInstance
 from workers.loader import LoadedVersion
 from workers.sequence import occupancy
 from workers.sequence import state as state_codec
 from workers.sequence.bells import read_bells
+from workers.sequence.cancels import SequenceCancels
 from workers.sequence.execution import Execute, Outcome, State, Step, StepRunner
 from workers.sequence.policy import assign_slot, plan_direct, plan_oldest
 from workers.sequence.starting_states import StartingStates
@@ -57,6 +58,7 @@ class SequenceHolder:
         index: int,
         spec: SequenceSpec,
         execute: Execute,
+        heard: CancelledRequests | None = None,
     ):
         config = loaded.model.config
         self.settings = settings
@@ -81,8 +83,7 @@ class SequenceHolder:
         self.positions: dict[str, int] = {}  # direct strategy: each sequence's batch slot
         self.wake = asyncio.Event()
         self.held_count = self.backlog = self._ticks = 0
-
-    # --- the loop ----------------------------------------------------------------------------
+        self.cancels = SequenceCancels(redis, self.store, heard, self.idle_ms, spec.slots)
 
     async def serve(self, stopping: asyncio.Event, unloading: asyncio.Event) -> None:
         """Until the worker stops or the version is unloaded (each finishes its execution)."""
@@ -144,9 +145,8 @@ class SequenceHolder:
 
     def _ring(self, sequence: str, step: int, payload: bytes | None) -> None:
         """A bell: a step is queued (``step`` 0: look anyway). The step right after the one
-        committed here last (a client sending step after step) is the queue's head: its copy
-        on the bell is used, no read. Only a bell for the known head or before is dropped (one
-        of a new sequence with the id of one being released here must not be lost)."""
+        committed here last is the queue's head: its copy on the bell is used, no read. Only
+        a bell for the known head or before is dropped (a new sequence must not be lost)."""
         head = self.heads.get(sequence)
         if head is not None and 0 < step <= head.step:
             return
@@ -189,8 +189,6 @@ class SequenceHolder:
         for table in (self.heads, self.known, self.cache, self.positions):
             table.pop(sequence, None)
 
-    # --- one execution -----------------------------------------------------------------------
-
     async def _step(self) -> tuple[bool, float | None]:
         """Run one execution if the policy says so; (ran, when to decide again)."""
         if not self.heads:
@@ -210,6 +208,7 @@ class SequenceHolder:
             if not oldest.take:
                 return False, oldest.wake_at_us
             chosen = list(ordered[: oldest.take])
+        chosen = await self.cancels.drop(chosen, self.forget)  # a cancelled step ends it
         starts = await self.starts.for_heads([h for h in chosen if h is not None])
         for sequence in starts.lost:
             self.forget(sequence)
@@ -225,6 +224,7 @@ class SequenceHolder:
             return True, None
         outcome = await self.runner.run(positions, self._execute)
         await self._commit(outcome)
+        await self.cancels.after_run(chosen, self.forget)
         return True, None
 
     async def _commit(self, outcome: Outcome) -> None:
@@ -269,8 +269,6 @@ class SequenceHolder:
         metrics.record_sequence_event(self.model, self.version, "state_committed", committed)
         if committed:
             metrics.record_batch(self.model, self.version, outcome.stats)
-
-    # --- periodic ----------------------------------------------------------------------------
 
     async def reconcile(self) -> None:
         """Release idle sequences, re-read what is held here, publish the occupancy."""

@@ -13,6 +13,7 @@ from concurrent.futures import Executor
 
 import redis.asyncio as aioredis
 
+from shared.cancel_listener import CancelledRequests
 from shared.sequence_config import sequence_spec
 from workers.backend import Execution, ModelInstance, ModelRequest
 from workers.loader import LoadedVersion
@@ -30,12 +31,14 @@ class SequenceServing:
         worker_id: str,
         stopping: asyncio.Event,
         executor: Callable[[], Executor | None],
+        heard: CancelledRequests | None = None,
     ):
         self._redis = redis
         self._settings = settings
         self._id = worker_id
         self._stopping = stopping
         self._executor = executor
+        self._heard = heard  # cancellations the worker heard: a cancelled step ends its sequence
         # Instance (by identity) -> its execution running on the pool.
         self._running: dict[int, concurrent.futures.Future[Execution]] = {}
 
@@ -75,6 +78,7 @@ class SequenceServing:
             loaded.instances.index(instance),
             spec,
             self.execute,
+            self._heard,
         )
         log.info(
             "holding sequences",

@@ -8,7 +8,7 @@ business-logic scripting): ``add_sub`` with ``exec()``, then the ``add_sub_chain
 
 Request parameters for the tests: ``bls_target`` names another model for the first call (an
 unknown one comes back as the response's error), ``bls_bad_shape`` sends add_sub a wrong shape
-(its error comes back), ``bls_decoupled`` asks for a decoupled call (not supported yet).
+(its error comes back), ``bls_decoupled`` makes the first call decoupled (its one response).
 Calls carry the calling request's priority, tenant and remaining deadline.
 """
 
@@ -33,7 +33,10 @@ class TritonPythonModel:
             requested_output_names=["OUTPUT0", "OUTPUT1"],
             inputs=[pb_utils.Tensor("INPUT0", a), pb_utils.Tensor("INPUT1", b)],
         )
-        answer = first.exec(decoupled=bool(parameters.get("bls_decoupled")))
+        if parameters.get("bls_decoupled"):
+            answer = next(iter(first.exec(decoupled=True)))
+        else:
+            answer = first.exec()
         if answer.has_error():
             return pb_utils.InferenceResponse(error=answer.error())
         total = pb_utils.get_output_tensor_by_name(answer, "OUTPUT0").as_numpy()

@@ -13,7 +13,9 @@ mid-execution. ``CONCH_CHAOS_LABEL`` names the worker (default: ``worker``).
 Hold: while the file ``hold-<worker label>`` exists in the record directory, a batch that starts
 writes ``holding-<label>-<pid>`` and waits (at most 60 s) before computing: the suite uses it to
 SIGKILL or SIGSTOP a worker at a moment it knows to be mid-batch. ``CONCH_CHAOS_EXEC_MS`` adds a
-fixed time per batch (default 2 ms), so that work is in flight when a fault strikes.
+fixed time per batch (default 2 ms), so that work is in flight when a fault strikes. A held
+batch whose client cancelled a request (``request.is_cancelled()``) stops holding and logs
+``chaos_recorder cancelled <id>,...`` (its own record that it saw the cancellation).
 """
 
 import os
@@ -42,7 +44,7 @@ class TritonPythonModel:
         if self.fd is not None:
             os.write(self.fd, f"{kind} {','.join(str(i) for i in ids)}\n".encode())
 
-    def _hold(self):
+    def _hold(self, requests, ids):
         if self.directory is None:
             return
         hold = self.directory / f"hold-{self.label}"
@@ -51,6 +53,11 @@ class TritonPythonModel:
         (self.directory / f"holding-{self.label}-{os.getpid()}").touch()
         deadline = time.monotonic() + HOLD_LIMIT_S
         while hold.exists() and time.monotonic() < deadline:
+            if any(request.is_cancelled() for request in requests):
+                pb_utils.Logger.log_info(
+                    f"chaos_recorder cancelled {','.join(str(i) for i in ids)}"
+                )
+                return
             time.sleep(0.005)
 
     def execute(self, requests):
@@ -59,7 +66,7 @@ class TritonPythonModel:
             data = pb_utils.get_input_tensor_by_name(request, "ID").as_numpy()
             ids.extend(int(v) for v in data.reshape(-1))
         self._record("S", ids)
-        self._hold()
+        self._hold(requests, ids)
         if self.exec_s > 0:
             time.sleep(self.exec_s)
         responses = []

@@ -5,8 +5,12 @@ config's ``sequence_batching.state``), so the model keeps nothing in memory and 
 a sequence on to another instance after a crash. It reads the sequence API of
 ``triton_python_backend_utils``: ``request.flags()`` tells a sequence's first step (the sum
 restarts), ``request.correlation_id()`` names the sequence (returned as CORRID_SEEN, a string).
-READY is 0 only for padding requests, which leave the state as it was.
+READY is 0 only for padding requests, which leave the state as it was. A request parameter
+``delay_ms`` makes its step take that long (tests hold a step running with it).
 """
+
+import json
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -16,6 +20,9 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
+            delay_ms = json.loads(request.parameters() or "{}").get("delay_ms", 0)
+            if delay_ms:
+                time.sleep(float(delay_ms) / 1000)
             value = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
             state = pb_utils.get_input_tensor_by_name(request, "INPUT_STATE").as_numpy()
             ready = pb_utils.get_input_tensor_by_name(request, "READY").as_numpy()

@@ -2,9 +2,11 @@
 
 Gateways set a request's cancel key and publish ``<model>\\x00<request id>`` on
 ``keys.cancel_channel()``. Each worker keeps what it hears for a while, so that a batch about to
-run drops its cancelled requests without a round trip to Redis. Pub/sub loses what is sent while
-the subscription is down: a request enqueued before the current subscription began (at start, or
-after a reconnect) is asked about with an MGET of its key instead (``cancel_check``).
+run drops its cancelled requests without a round trip to Redis; each scheduler keeps it too and
+takes a cancelled request out of its queue at once (``scheduler.cancels``). Pub/sub loses what
+is sent while the subscription is down: a worker asks about a request enqueued before the
+current subscription began (at start, or after a reconnect) with an MGET of its key instead
+(``workers.cancel_check``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
@@ -46,10 +49,16 @@ class CancelledRequests:
         return enqueued_ms >= self.listening_since_ms
 
 
-async def follow(redis_url: str, cancelled: CancelledRequests) -> None:
-    """Listen until cancelled, resubscribing after a lost connection."""
+async def follow(
+    redis_url: str,
+    cancelled: CancelledRequests,
+    on_heard: Callable[[str, str], None] | None = None,
+    name: str = "conch-worker-cancels",
+) -> None:
+    """Listen until cancelled, resubscribing after a lost connection; ``on_heard(model,
+    request_id)`` is called for each cancellation heard."""
     while True:
-        client: aioredis.Redis = redis_conn.dedicated(redis_url, name="conch-worker-cancels")
+        client: aioredis.Redis = redis_conn.dedicated(redis_url, name=name)
         try:
             pubsub = client.pubsub()
             await pubsub.subscribe(keys.cancel_channel())
@@ -59,7 +68,10 @@ async def follow(redis_url: str, cancelled: CancelledRequests) -> None:
                     continue
                 data = message.get("data")
                 text = data.decode() if isinstance(data, bytes) else str(data)
-                cancelled.add(text.partition("\x00")[2])
+                model, _, request_id = text.partition("\x00")
+                cancelled.add(request_id)
+                if on_heard is not None:
+                    on_heard(model, request_id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

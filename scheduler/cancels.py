@@ -1,0 +1,133 @@
+"""Taking a request its client cancelled out of the scheduler's queue at once.
+
+Gateways announce each cancellation on ``keys.cancel_channel()`` (``shared.cancel_listener``).
+The scheduler hears it and removes the request from the queue that holds it, as Triton's
+scheduler does: it is answered ``CANCELLED`` (nobody waits for the answer, but a retried
+request id gets one), its entry is acked and deleted from its request stream if this scheduler
+still owns it, and it is counted once (``cancel_count`` in the stats hash, Triton's
+``nv_inference_request_failure{reason="CANCELED"}``). The requests behind it move up; it never
+holds a place until a worker would reach it.
+
+A cancellation heard before its request was read from its stream is remembered for a while
+(``CancelledRequests``): the request is taken out when it arrives. One missed while the
+subscription was down is still caught by the worker that would run it (``workers.cancel_check``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+
+import redis.asyncio as aioredis
+
+from shared import envelope, keys, metrics
+from shared.cancel_listener import CancelledRequests, follow
+from shared.envelope import RequestHeader
+from shared.errors import ErrorCode
+from shared.publish import queue_replies
+
+log = logging.getLogger(__name__)
+
+CANCELLED_TEXT = "Request was cancelled: the client disconnected or cancelled it"
+
+# KEYS: the stats hash, then the request streams. ARGV: group, consumer, then per stream: how
+# many ids, the ids. Acks and deletes the entries still pending under this consumer and counts
+# them as cancelled; returns how many.
+CANCEL_ACK_LUA = """
+local owned = {}
+local at = 3
+for k = 2, #KEYS do
+  local n = tonumber(ARGV[at])
+  for i = at + 1, at + n do
+    if #redis.call('XPENDING', KEYS[k], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2]) > 0 then
+      owned[#owned + 1] = {k, ARGV[i]}
+    end
+  end
+  at = at + n + 1
+end
+if #owned == 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'cancel_count', #owned)
+for _, entry in ipairs(owned) do
+  redis.call('XACK', KEYS[entry[1]], ARGV[1], entry[2])
+  redis.call('XDEL', KEYS[entry[1]], entry[2])
+end
+return #owned
+"""
+
+
+async def answer_cancelled(
+    r: aioredis.Redis,
+    model: str,
+    version: int,
+    items: list[tuple[RequestHeader, bytes, bytes]],
+    consumer: str,
+) -> int:
+    """Answer ``(header, stream, entry id)`` requests CANCELLED, take them off their streams and
+    count them; returns how many were still this scheduler's."""
+    by_stream: dict[bytes, list[bytes]] = defaultdict(list)
+    for _, stream, entry_id in items:
+        by_stream[stream].append(entry_id)
+    args: list[object] = [keys.SCHEDULER_GROUP, consumer]
+    for ids in by_stream.values():
+        args.append(len(ids))
+        args.extend(ids)
+    async with r.pipeline(transaction=False) as pipe:
+        queue_replies(
+            pipe,
+            (
+                (
+                    h.reply_to,
+                    envelope.error_reply(
+                        h.id, model, version, ErrorCode.CANCELLED.value, CANCELLED_TEXT
+                    ),
+                )
+                for h, _, _ in items
+            ),
+        )
+        stats = keys.stats(model, version)
+        pipe.eval(CANCEL_ACK_LUA, 1 + len(by_stream), stats, *by_stream, *args)
+        results = await pipe.execute()
+    acked = int(results[-1])
+    if acked:
+        metrics.record_failures(model, version, metrics.CANCELED, acked)
+    log.info(
+        "cancelled requests taken out of the queue",
+        extra={"model": model, "version": version, "request_ids": [h.id for h, _, _ in items]},
+    )
+    return acked
+
+
+class Cancellable:
+    """What a queue offers: take this request out if it holds it."""
+
+    model: str
+
+    def cancel(self, request_id: str) -> None: ...
+
+
+class SchedulerCancels:
+    """Hears cancellations and hands each to the queues of its model."""
+
+    def __init__(self, queues: Mapping[tuple[str, int], object]):
+        self._queues = queues
+        self.heard = CancelledRequests()
+
+    def on_heard(self, model: str, request_id: str) -> None:
+        for queue in _queues_of(self._queues.items(), model):
+            queue.cancel(request_id)
+
+    async def run(self, redis_url: str) -> None:
+        await follow(redis_url, self.heard, self.on_heard, name="conch-scheduler-cancels")
+
+    def attach(self) -> Callable[[str], bool]:
+        """What a queue asks when a request arrives: was it cancelled already?"""
+        return self.heard.__contains__
+
+
+def _queues_of(items: Iterable[tuple[tuple[str, int], object]], model: str) -> list[Cancellable]:
+    return [
+        queue  # type: ignore[misc]
+        for (name, _), queue in list(items)
+        if name == model and callable(getattr(queue, "cancel", None))
+    ]
