@@ -1,12 +1,9 @@
 """One batch of one version: decode it, answer what may not run, execute the rest, publish, ack.
 
-A batch (the scheduler's, or one request admitted direct: ``shared.batch_entry``) delivered over
-``max_deliveries`` times, or undecodable, is answered with errors and dead-lettered
-(``workers.poison``). A request runs only before its deadline (the others are failures, as Triton
-counts them) and if not cancelled. The replies, then one fenced script (``shared.fencing``: still
-ours? ack, count, announce) go out in one round trip; a worker that lost the batch while frozen
-has its ack and statistics dropped. Executions run on a thread pool; an instance is never unloaded
-while ``execute`` runs on it (``wait_idle``).
+A batch (the scheduler's, or one request admitted direct: ``shared.batch_entry``) delivered too
+often, or undecodable, is dead-lettered (``workers.poison``). A request runs only before its
+deadline and if not cancelled. Replies, then one fenced script (``shared.fencing``: still ours?
+ack, count, announce) go out in one round trip; ``wait_idle`` guards unloading.
 """
 
 from __future__ import annotations
