@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 
 from conch import http_wait
+from conch.ports import free_port
 
 
 def _wait_http(url: str, timeout_s: float) -> None:
@@ -31,6 +32,8 @@ def start_mesh(repo: Path, port: int, extra: list[str] | None = None) -> subproc
             str(repo),
             "--http-port",
             str(port),
+            "--grpc-port",  # served as by default, on a port no other mesh on the machine holds
+            str(free_port()),
             "--log-level",
             "WARNING",
             *(extra or []),
