@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -223,6 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         help="with --url: the pid of `conch up` (the mesh on this machine): also report the CPU "
         "seconds its processes used per mode, and tokens per CPU second",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="with --url: alternate the two models this many times (a window is about a second "
+        "on this machine; the ratio is reported per round and as the median)",
+    )
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (in process)")
@@ -234,9 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = []
     if args.url:
-        for model in ("tiny_gpt", "tiny_gpt_static"):
-            row = run_mesh(args.url, model, args.requests, args.tokens, args.cpu_of)
-            rows.append(asyncio.run(row))
+        return _mesh_rounds(args)
     else:
         import torch
 
@@ -257,6 +263,32 @@ def main(argv: list[str] | None = None) -> int:
         per_cpu = ", ".join(f"{r['mode']} {r['tokens_per_cpu_s']}" for r in rows)
         ratio = rows[0]["tokens_per_cpu_s"] / rows[-1]["tokens_per_cpu_s"]
         print(f"tokens per CPU second of the mesh: {per_cpu} ({ratio:.2f}x)")
+    if args.out:
+        with args.out.open("a") as out:
+            for row in rows:
+                out.write(json.dumps(row) + "\n")
+    return 0
+
+
+def _mesh_rounds(args: argparse.Namespace) -> int:
+    """Both models in alternating windows, so that the machine's drift falls on both."""
+    rows, ratios = [], []
+    for round_ in range(1, max(1, args.rounds) + 1):
+        pair = []
+        for model in ("tiny_gpt", "tiny_gpt_static"):
+            row = asyncio.run(run_mesh(args.url, model, args.requests, args.tokens, args.cpu_of))
+            row["round"] = round_
+            pair.append(row)
+        ratios.append(round(pair[0]["tokens_per_s"] / pair[1]["tokens_per_s"], 2))
+        rows += pair
+    print(markdown(rows))
+    print(f"continuous / static tokens/s per round: {ratios}; median {statistics.median(ratios)}x")
+    if all("tokens_per_cpu_s" in row for row in rows):
+        per_cpu = [
+            round(a["tokens_per_cpu_s"] / b["tokens_per_cpu_s"], 2)
+            for a, b in zip(rows[::2], rows[1::2], strict=True)
+        ]
+        print(f"tokens per CPU second of the mesh, ratio per round: {per_cpu}")
     if args.out:
         with args.out.open("a") as out:
             for row in rows:
