@@ -9,7 +9,8 @@
 #     ENV_A/ENV_B: extra environment, e.g. "CONCH_SCHEDULER_QUEUED_BATCHES_PER_INSTANCE=1".
 #   Environment: CELLS ("mlp:64:json mlp:64:binary"), SECS (8), REPO (the harness's repository),
 #   ARGS_A/ARGS_B (extra `conch up` flags), BENCH_ROOT (/tmp/conch-bench).
-# Prints one line per window and the mean req/s per side and cell.
+# Prints one line per window (side, cell, req/s, p50, p99, errors, machine cores, and the side's
+# own server CPU per request in us, every process of its mesh from /proc) and the means.
 set -euo pipefail
 rounds=$1 dir_a=$(cd "$2" && pwd) dir_b=$(cd "$3" && pwd) env_a=${4:-} env_b=${5:-}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,13 +36,16 @@ for _ in $(seq "$rounds"); do
   for cell in ${CELLS:-mlp:64:json mlp:64:binary}; do
     IFS=: read -r model conc format <<< "$cell"
     for side in A B; do
-      port=18810; [ "$side" = B ] && port=18820
+      port=18810; root=${pids[0]}; [ "$side" = B ] && port=18820 && root=${pids[1]}
+      before=$("$here/.venv/bin/python" "$here/bench/tree_cpu.py" "$root")
       FORMAT=$format WARMUP=2 CHECK=0 bash "$harness/load.sh" "http://127.0.0.1:$port" \
         "$model" "$conc" "${SECS:-8}" \
-        | python3 -c "import json,sys; d=json.load(sys.stdin); print('$side', '$cell', d['rps'], d['p50_ms'], d['p99_ms'], d['errors'], d['machine_cpu'])" \
+        > "$results.window"
+      after=$("$here/.venv/bin/python" "$here/bench/tree_cpu.py" "$root")
+      python3 -c "import json,sys; d=json.load(open('$results.window')); print('$side', '$cell', d['rps'], d['p50_ms'], d['p99_ms'], d['errors'], d['machine_cpu'], round(1e6 * ($after - $before) / max(1, d['requests'] + d['rps'] * 2), 1))" \
         | tee -a "$results"
     done
   done
 done
-echo "side cell mean_rps mean_p50_ms mean_cpu"
-awk '{k=$1" "$2; r[k]+=$3; p[k]+=$4; c[k]+=$7; n[k]++} END {for (k in r) printf "%s %.0f %.2f %.2f\n", k, r[k]/n[k], p[k]/n[k], c[k]/n[k]}' "$results" | sort
+echo "side cell mean_rps mean_p50_ms mean_machine_cores mean_server_cpu_us_per_request"
+awk '{k=$1" "$2; r[k]+=$3; p[k]+=$4; c[k]+=$7; u[k]+=$8; n[k]++} END {for (k in r) printf "%s %.0f %.2f %.2f %.1f\n", k, r[k]/n[k], p[k]/n[k], c[k]/n[k], u[k]/n[k]}' "$results" | sort

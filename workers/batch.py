@@ -6,13 +6,13 @@ if its deadline has not passed; the others are answered with an error and counte
 as Triton counts them. The replies, then one fenced script (``shared.fencing``: still ours? ack,
 count, announce) go out in one round trip: a batch is acked only once its replies are published,
 and a worker that lost the batch while frozen has its ack and statistics dropped. Executions run
-on a thread pool; an instance is never unloaded while ``execute`` runs on it (``wait_idle``).
+on a thread pool, or inline when they are quick (``workers.executions``); an instance is never
+unloaded while ``execute`` runs on it (``wait_idle``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import time
 from collections.abc import Iterable
@@ -31,6 +31,7 @@ from workers import poison
 from workers.backend import ModelInstance, ModelRequest
 from workers.cancel_check import drop_cancelled
 from workers.cancel_listener import CancelledRequests
+from workers.executions import Executions
 from workers.loader import LoadedVersion
 from workers.settings import WorkerSettings
 from workers.stream_batch import StreamBatch
@@ -44,22 +45,25 @@ class BatchProcessor:
         self._redis = redis
         self._settings = settings
         self._id = worker_id
-        # Set by the service once the start-up versions are loaded (sized by their instances).
-        self.executor: ThreadPoolExecutor | None = None
-        # Instance (by identity) -> its execution running on the pool.
-        self._running: dict[int, concurrent.futures.Future[object]] = {}
+        self.executions = Executions(settings.inline_execution_us)
         # Requests cancelled by their clients, as announced (``workers.cancel_listener``).
         self.cancelled = CancelledRequests()
+
+    @property
+    def executor(self) -> ThreadPoolExecutor | None:
+        """Set by the service once the start-up versions are loaded (sized by their instances)."""
+        return self.executions.pool
+
+    @executor.setter
+    def executor(self, pool: ThreadPoolExecutor | None) -> None:
+        self.executions.pool = pool
 
     async def wait_idle(
         self, instances: list[ModelInstance], timeout_s: float | None = None
     ) -> list[ModelInstance]:
         """Wait until none of these instances executes; returns those still executing when
         ``timeout_s`` ran out (a cancelled serving task leaves its execution running)."""
-        running = [f for i in instances if (f := self._running.get(id(i))) is not None]
-        if running:
-            await asyncio.wait([asyncio.wrap_future(f) for f in running], timeout=timeout_s)
-        return [i for i in instances if (f := self._running.get(id(i))) and not f.done()]
+        return await self.executions.wait_idle(instances, timeout_s)
 
     async def _still_ours(self, entry: streams.Entry) -> bool:
         """One XPENDING, for redeliveries only (the first delivery is ours by the read)."""
@@ -164,16 +168,7 @@ class BatchProcessor:
 
     async def _submit(self, instance: ModelInstance, run: Any, *args: Any) -> Any:
         """Run ``run(*args)`` on the pool, tracked as this instance's execution."""
-        assert self.executor is not None, "the service sizes the executor before serving"
-        running = self.executor.submit(run, *args)
-        self._running[id(instance)] = running
-
-        def finished(done: concurrent.futures.Future[object]) -> None:  # on the pool's thread
-            if self._running.get(id(instance)) is done:
-                del self._running[id(instance)]
-
-        running.add_done_callback(finished)
-        return await asyncio.wrap_future(running)
+        return await self.executions.run(instance, run, *args)
 
     async def _execute(
         self,
@@ -211,17 +206,9 @@ class BatchProcessor:
         in_flight = metrics.child(metrics.EXECUTIONS_IN_FLIGHT, config.name, loaded.version)
         in_flight.inc()
         started_ns = time.time_ns()
-        assert self.executor is not None, "the service sizes the executor before serving"
-        running = self.executor.submit(instance.execute, model_requests)
-        self._running[id(instance)] = running
-
-        def finished(done: concurrent.futures.Future[object]) -> None:  # on the pool's thread
-            in_flight.dec()
-            if self._running.get(id(instance)) is done:
-                del self._running[id(instance)]
-
-        running.add_done_callback(finished)
-        execution = await asyncio.wrap_future(running)
+        execution = await self.executions.run(
+            instance, instance.execute, model_requests, on_done=in_flight.dec, timed=True
+        )
         if tracing.ENABLED:
             _trace_requests("conch.worker.execute", accepted, started_ns, self._id)
         batch_size = sum(r.batch_size for r in model_requests)
