@@ -31,7 +31,7 @@ from workers import poison
 from workers.backend import ModelInstance, ModelRequest
 from workers.cancel_check import drop_cancelled
 from workers.cancel_listener import CancelledRequests
-from workers.executions import Executions
+from workers.executions import Executions, inline_bound_us
 from workers.loader import LoadedVersion
 from workers.settings import WorkerSettings
 from workers.stream_batch import StreamBatch
@@ -45,7 +45,7 @@ class BatchProcessor:
         self._redis = redis
         self._settings = settings
         self._id = worker_id
-        self.executions = Executions(settings.inline_execution_us)
+        self.executions = Executions(inline_bound_us(settings.inline_execution_us))
         # Requests cancelled by their clients, as announced (``workers.cancel_listener``).
         self.cancelled = CancelledRequests()
 

@@ -1,14 +1,19 @@
 """Where an instance's executions run: on a pool thread, or inline on the loop when they are quick.
 
-A batch handed to a pool thread pays for two thread wake-ups (the pool's queue, then the
-loop's self-pipe when the result is back) and the futures that carry it; for a small model on a
-busy 2-core machine that hand-off costs as much CPU as the model itself. An instance whose
-recent executions were quicker than ``inline_us`` (``CONCH_WORKER_INLINE_EXECUTION_US``) runs
-its next one on the event loop's own thread instead: the loop is blocked for at most about
-that long, which a worker serving quick models can afford. A slow execution (a cold cache, a
-larger batch) moves the instance back to the pool until its average is quick again, so a slow
-model never holds the loop. Only tensor backends (``TensorModelInstance``) run inline; Python
-models, decoupled models and sequence holders always use the pool.
+A batch handed to a pool thread pays for two thread wake-ups (the pool's queue, then the loop's
+self-pipe when the result is back) and the futures that carry it; for a small model on a busy
+2-core machine that hand-off costs as much CPU as the model itself. An instance whose recent
+executions were quicker than ``inline_us`` (``CONCH_WORKER_INLINE_EXECUTION_US``) runs its next one
+on the event loop's own thread instead: the loop is blocked for at most about that long, which a
+worker serving quick models can afford. The cost: while one instance runs inline, no other instance
+of this worker can start, so executions that the pool would run side by side on free cores run one
+after the other. That is why ``auto`` (-1, the default) runs inline only where the worker may use
+at most ``AUTO_MAX_CPUS`` CPUs (``shared.cpu_budget``: affinity and cgroup quota), where the cores
+are shared by the whole mesh anyway and the hand-off's CPU is what matters; elsewhere the pool,
+unless the setting gives a bound. A slow execution (a cold cache, a larger batch) moves the
+instance back to the pool until its average is quick again, so a slow model never holds the loop.
+Only tensor backends (``TensorModelInstance``) run inline; Python models, decoupled models and
+sequence holders always use the pool.
 
 The executions running on the pool are tracked per instance so that an instance is never
 unloaded while ``execute`` runs on it (``wait_idle``); an inline execution ends before the loop
@@ -25,10 +30,23 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from shared import cpu_budget
 from workers.backend import ModelInstance, TensorModelInstance
 
 # Weight of the newest execution in an instance's running average.
 _WEIGHT = 0.25
+# ``auto``: executions quicker than this run inline where the worker has at most AUTO_MAX_CPUS.
+AUTO_INLINE_US = 1000
+AUTO_MAX_CPUS = 2
+
+
+def inline_bound_us(setting: int, cpus: int | None = None) -> int:
+    """The bound the setting gives: itself when >= 0, else (``auto``) AUTO_INLINE_US on a
+    worker with at most AUTO_MAX_CPUS CPUs and 0 (always the pool) on a larger one."""
+    if setting >= 0:
+        return setting
+    cpus = cpu_budget.available_cpus() if cpus is None else cpus
+    return AUTO_INLINE_US if cpus <= AUTO_MAX_CPUS else 0
 
 
 class Executions:

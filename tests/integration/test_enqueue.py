@@ -270,3 +270,69 @@ async def test_the_same_request_admitted_twice_is_queued_once(aredis: aioredis.R
     assert await aredis.xlen(STREAM) == 1
     ttl = await aredis.pttl(keys.admitted(MODEL, "r1"))
     assert 0 < ttl <= 10_000  # kept until the request's deadline, then gone
+
+
+# --- issue 16: one pipeline in flight -----------------------------------------------------------
+
+
+def _enqueue_call(n: int) -> tuple[list[str], list[object]]:
+    return [READY, STREAM, keys.admitted(MODEL, f"r{n}")], [clock.now_ms(), 0, *payload(n), 10_000]
+
+
+async def test_calls_made_while_a_pipeline_is_in_flight_go_together_in_the_next(
+    aredis, monkeypatch
+) -> None:
+    """Nagle's rule: the first call goes at once; the calls of the following turns wait for its
+    answer and share one pipeline; every call gets its own answer, and the queue keeps the
+    order in which they were made."""
+    await ready_worker(aredis)
+    script = CoalescedScript(aredis, ENQUEUE_LUA)
+    await script(*_enqueue_call(0))  # the script is loaded: the pipelines below are single
+    answer_first = asyncio.Event()
+    real = script._pipeline
+
+    async def first_answer_held(batch):  # type: ignore[no-untyped-def]
+        results = await real(batch)
+        if not answer_first.is_set():
+            await answer_first.wait()  # its answer is "on its way" until the test says
+        return results
+
+    monkeypatch.setattr(script, "_pipeline", first_answer_held)
+    first = asyncio.ensure_future(script(*_enqueue_call(1)))
+    await asyncio.sleep(0)  # the first pipeline is sent in this turn
+    later = []
+    for n in range(2, 12):  # one call per turn while the first is on its way
+        later.append(asyncio.ensure_future(script(*_enqueue_call(n))))
+        await asyncio.sleep(0)
+    assert script.pipelines == 2
+    answer_first.set()
+    assert await first == 1
+    assert await asyncio.gather(*later) == [1] * 10
+    assert script.calls == 12
+    assert script.pipelines == 3, "calls of ten turns should have waited and gone as one"
+    entries = await aredis.xrange(STREAM)
+    headers = [envelope.decode_header(f[keys.FIELD_HEADER]) for _, f in entries]
+    assert [h.id for h in headers] == [f"r{n}" for n in range(12)]
+
+
+async def test_a_stalled_pipeline_does_not_hold_the_next_one_back(aredis, monkeypatch) -> None:
+    """A pipeline that gets no answer (a dead connection not noticed yet) must not stop the
+    calls after it: they go on their own after STALLED_S."""
+    await ready_worker(aredis)
+    script = CoalescedScript(aredis, ENQUEUE_LUA)
+    await script(*_enqueue_call(0))
+    stalled = asyncio.Event()
+    real = script._pipeline
+
+    async def first_hangs(batch):  # type: ignore[no-untyped-def]
+        if not stalled.is_set():
+            stalled.set()
+            await asyncio.sleep(3600)
+        return await real(batch)
+
+    monkeypatch.setattr(script, "_pipeline", first_hangs)
+    hung = asyncio.ensure_future(script(*_enqueue_call(1)))
+    await stalled.wait()
+    async with asyncio.timeout(2):
+        assert await script(*_enqueue_call(2)) == 1
+    hung.cancel()

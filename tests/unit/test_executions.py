@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from workers.backend import Execution, ModelInstance, ModelRequest, TensorModelInstance
-from workers.executions import Executions
+from workers.executions import AUTO_INLINE_US, Executions, inline_bound_us
 
 
 class _Tensor(TensorModelInstance):
@@ -90,3 +90,11 @@ async def test_wait_idle_waits_for_a_pooled_execution_and_on_done_runs_once() ->
         assert done == [1, 2]
     finally:
         executions.pool.shutdown()
+
+
+def test_auto_runs_inline_only_on_a_small_machine() -> None:
+    assert inline_bound_us(-1, cpus=2) == AUTO_INLINE_US
+    assert inline_bound_us(-1, cpus=1) == AUTO_INLINE_US
+    assert inline_bound_us(-1, cpus=16) == 0
+    assert inline_bound_us(0, cpus=2) == 0
+    assert inline_bound_us(5000, cpus=16) == 5000
