@@ -13,6 +13,7 @@
 # own server CPU per request in us: every process of its mesh from /proc, then gateway, scheduler,
 # worker and redis alone) and the means.
 set -euo pipefail
+for dir in "$2" "$3"; do [ -d "$dir" ] || { echo "alternate.sh: no checkout at $dir" >&2; exit 2; }; done
 rounds=$1 dir_a=$(cd "$2" && pwd) dir_b=$(cd "$3" && pwd) env_a=${4:-} env_b=${5:-}
 here=$(cd "$(dirname "$0")/.." && pwd)
 harness=${HARNESS:-$here/../shared/bench}

@@ -4,13 +4,6 @@ At high concurrency a gateway process receives many requests in the same turn of
 sending their EVALSHAs as one pipeline costs one write and one read instead of one each, on
 the gateway and on Redis. A lone request still goes out in the very next turn, so latency at
 low load is unchanged.
-
-While one pipeline is on its way (Nagle's rule, for scripts), the calls that arrive meanwhile
-wait for its answer and then go out together as the next one: under load the calls of several
-turns share a pipeline, and each of Redis's wake-ups (and the gateway's write that causes it)
-serves more requests; with nothing in flight a call still goes out in the next turn. A pipeline
-in flight for longer than ``STALLED_S`` (a dead connection that the pool has not noticed yet)
-does not hold the next one back.
 """
 
 from __future__ import annotations
@@ -27,9 +20,6 @@ from shared import durability
 
 Call = tuple[Sequence[str], Sequence[object], asyncio.Future[Any]]
 
-# A pipeline in flight longer than this no longer holds the next one back.
-STALLED_S = 0.02
-
 
 class CoalescedScript:
     """``convert`` turns the script's reply into the caller's value (an int by default)."""
@@ -41,45 +31,20 @@ class CoalescedScript:
         self._sha = hashlib.sha1(source.encode()).hexdigest()
         self._pending: list[Call] = []
         self._flushing: set[asyncio.Task[None]] = set()
-        # Pipelines sent and not answered yet; the next waits for them (or for STALLED_S).
-        self._in_flight = 0
-        self._scheduled = False
-        # Pipelines sent and calls they carried (``tests`` and ``conch bench`` read them).
-        self.pipelines = 0
-        self.calls = 0
 
     async def __call__(self, keys: Sequence[str], args: Sequence[object]) -> Any:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((keys, args, future))
-        if not self._scheduled:
-            self._scheduled = True
-            if self._in_flight:
-                loop.call_later(STALLED_S, self._start_flush)
-            else:
-                loop.call_soon(self._start_flush)
+        if len(self._pending) == 1:
+            loop.call_soon(self._start_flush)
         return await future
 
     def _start_flush(self) -> None:
-        """Send what waits, unless it is already gone (the answer of the pipeline in flight
-        sent it) or nothing waits."""
-        if not self._scheduled or not self._pending:
-            return
-        self._scheduled = False
         batch, self._pending = self._pending, []
-        self._in_flight += 1
-        self.pipelines += 1
-        self.calls += len(batch)
         task = asyncio.ensure_future(self._flush(batch))
         self._flushing.add(task)
-        task.add_done_callback(self._flushed)
-
-    def _flushed(self, task: asyncio.Task[None]) -> None:
-        self._flushing.discard(task)
-        self._in_flight -= 1
-        if self._pending and not self._in_flight:
-            # The calls that waited for this answer go now (in the next turn, with that turn's).
-            asyncio.get_running_loop().call_soon(self._start_flush)
+        task.add_done_callback(self._flushing.discard)
 
     async def _flush(self, batch: list[Call]) -> None:
         try:
