@@ -31,6 +31,8 @@ def start_mesh(repo: Path, port: int, extra: list[str] | None = None) -> subproc
             str(repo),
             "--http-port",
             str(port),
+            "--grpc-port",  # beside the HTTP port, so that two benches can run on one machine
+            str(port + 1),
             "--log-level",
             "WARNING",
             *(extra or []),
@@ -119,7 +121,10 @@ def _is_mesh(cmdline: list[str]) -> bool:
 
 
 def label(process: psutil.Process) -> str:
-    text = " ".join(process.cmdline())
+    try:
+        text = " ".join(process.cmdline())
+    except psutil.Error:  # exited (a zombie until its parent reaps it) since it was listed
+        return "exited"
     for key, label in (
         ("-m scheduler", "scheduler"),
         ("-m workers", "worker"),
