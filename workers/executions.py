@@ -36,7 +36,7 @@ from workers.backend import ModelInstance, TensorModelInstance
 # Weight of the newest execution in an instance's running average.
 _WEIGHT = 0.25
 # ``auto``: executions quicker than this run inline where the worker has at most AUTO_MAX_CPUS.
-AUTO_INLINE_US = 1000
+AUTO_INLINE_US = 2000
 AUTO_MAX_CPUS = 2
 
 
