@@ -117,7 +117,10 @@ def _is_mesh(cmdline: list[str]) -> bool:
 
 
 def label(process: psutil.Process) -> str:
-    text = " ".join(process.cmdline())
+    try:
+        text = " ".join(process.cmdline())
+    except psutil.Error:  # exited (a zombie until its parent reaps it) since it was listed
+        return "exited"
     for key, label in (
         ("-m scheduler", "scheduler"),
         ("-m workers", "worker"),

@@ -3,13 +3,13 @@
 A batch (the scheduler's, or one request admitted direct: ``shared.batch_entry``) delivered too
 often, or undecodable, is dead-lettered (``workers.poison``). A request runs only before its
 deadline and if not cancelled. Replies, then one fenced script (``shared.fencing``: still ours?
-ack, count, announce) go out in one round trip; ``wait_idle`` guards unloading.
+ack, count, announce) go out in one round trip; executions run on a pool, or inline when quick
+(``workers.executions``); ``wait_idle`` guards unloading.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import time
 from collections.abc import Iterable
@@ -28,8 +28,9 @@ from shared.redis_retry import until_answered
 from workers import poison
 from workers.backend import ModelInstance, ModelRequest
 from workers.cancel_check import drop_cancelled
+from workers.executions import Executions, inline_bound_us
 from workers.loader import LoadedVersion
-from workers.running_cancels import run_watched
+from workers.running_cancels import run_watched, tells_cancels
 from workers.settings import WorkerSettings
 from workers.stream_batch import StreamBatch
 from workers.stream_sink import output_datatype
@@ -42,21 +43,24 @@ class BatchProcessor:
         self._redis = redis
         self._settings = settings
         self._id = worker_id
-        # Set by the service once the start-up versions are loaded (sized by their instances).
-        self.executor: ThreadPoolExecutor | None = None
-        # Instance (by identity) -> its execution running on the pool.
-        self._running: dict[int, concurrent.futures.Future[object]] = {}
+        self.executions = Executions(inline_bound_us(settings.inline_execution_us))
         self.cancelled = CancelledRequests()  # as announced (``shared.cancel_listener``)
+
+    @property
+    def executor(self) -> ThreadPoolExecutor | None:
+        """Set by the service once the start-up versions are loaded (sized by their instances)."""
+        return self.executions.pool
+
+    @executor.setter
+    def executor(self, pool: ThreadPoolExecutor | None) -> None:
+        self.executions.pool = pool
 
     async def wait_idle(
         self, instances: list[ModelInstance], timeout_s: float | None = None
     ) -> list[ModelInstance]:
         """Wait until none of these instances executes; returns those still executing when
         ``timeout_s`` ran out (a cancelled serving task leaves its execution running)."""
-        running = [f for i in instances if (f := self._running.get(id(i))) is not None]
-        if running:
-            await asyncio.wait([asyncio.wrap_future(f) for f in running], timeout=timeout_s)
-        return [i for i in instances if (f := self._running.get(id(i))) and not f.done()]
+        return await self.executions.wait_idle(instances, timeout_s)
 
     async def _still_ours(self, entry: streams.Entry) -> bool:
         """One XPENDING, for redeliveries only (the first delivery is ours by the read)."""
@@ -163,16 +167,7 @@ class BatchProcessor:
 
     async def _submit(self, instance: ModelInstance, run: Any, *args: Any) -> Any:
         """Run ``run(*args)`` on the pool, tracked as this instance's execution."""
-        assert self.executor is not None, "the service sizes the executor before serving"
-        running = self.executor.submit(run, *args)
-        self._running[id(instance)] = running
-
-        def finished(done: concurrent.futures.Future[object]) -> None:  # on the pool's thread
-            if self._running.get(id(instance)) is done:
-                del self._running[id(instance)]
-
-        running.add_done_callback(finished)
-        return await asyncio.wrap_future(running)
+        return await self.executions.run(instance, run, *args)
 
     async def _execute(
         self,
@@ -210,18 +205,13 @@ class BatchProcessor:
         in_flight = metrics.child(metrics.EXECUTIONS_IN_FLIGHT, config.name, loaded.version)
         in_flight.inc()
         started_ns = time.time_ns()
-        assert self.executor is not None, "the service sizes the executor before serving"
-        running = self.executor.submit(instance.execute, model_requests)
-        self._running[id(instance)] = running
-
-        def finished(done: concurrent.futures.Future[object]) -> None:  # on the pool's thread
-            in_flight.dec()
-            if self._running.get(id(instance)) is done:
-                del self._running[id(instance)]
-
-        running.add_done_callback(finished)
-        watch = run_watched(self._redis, config.name, model_requests, self.cancelled, instance)
-        execution = await watch(asyncio.wrap_future(running))  # is_cancelled() reaches it
+        running = self.executions.run(
+            instance, instance.execute, model_requests, on_done=in_flight.dec, timed=True
+        )
+        if tells_cancels(instance):  # is_cancelled() reaches the running models
+            watch = run_watched(self._redis, config.name, model_requests, self.cancelled, instance)
+            running = watch(asyncio.ensure_future(running))
+        execution = await running
         if tracing.ENABLED:
             _trace_requests("conch.worker.execute", accepted, started_ns, self._id)
         batch_size = sum(r.batch_size for r in model_requests)

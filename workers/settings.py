@@ -36,5 +36,9 @@ class WorkerSettings(Settings, kw_only=True):
     # Triton's --strict-model-config: true turns auto-complete off (every configuration must
     # list its inputs and outputs); false (Triton's default) completes them from the model.
     strict_model_config: bool = False
+    # An instance whose recent executions took less than this many microseconds runs the next
+    # one on the worker's event loop instead of a pool thread (``workers.executions``); 0: always
+    # the pool; -1 (auto): 2000 where the worker may use at most 2 CPUs, else 0.
+    inline_execution_us: int = -1
     # How often a holder releases idle sequences and re-reads the sequences it holds.
     sequence_reconcile_ms: int = 500

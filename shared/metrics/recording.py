@@ -84,9 +84,9 @@ def record_batch(model: str, version: int, stats: dict[str, int]) -> None:
     success = stats.get("success_count", 0)
     failed = stats.get("fail_count", 0)
     if success:
-        SUCCESS.labels(model, version).inc(success)
+        child(SUCCESS, model, version).inc(success)
     if failed:
-        FAILURE.labels(model, version, BACKEND).inc(failed)
+        child(FAILURE, model, version, BACKEND).inc(failed)
     executions = stats.get("execution_count", 0)
     if not executions:
         return
@@ -96,13 +96,14 @@ def record_batch(model: str, version: int, stats: dict[str, int]) -> None:
         stats.get("compute_infer_ns", 0),
         stats.get("compute_output_ns", 0),
     )
-    INFERENCE_COUNT.labels(model, version).inc(stats.get("inference_count", 0))
-    EXEC_COUNT.labels(model, version).inc(executions)
-    REQUEST_DURATION_US.labels(model, version).inc((q_ns + c_in + c_inf + c_out) / 1000)
-    QUEUE_DURATION_US.labels(model, version).inc(q_ns / 1000)
-    COMPUTE_INPUT_US.labels(model, version).inc(c_in / 1000)
-    COMPUTE_INFER_US.labels(model, version).inc(c_inf / 1000)
-    COMPUTE_OUTPUT_US.labels(model, version).inc(c_out / 1000)
+    # Cached children: ``labels()`` takes the family's lock and builds its key every call.
+    child(INFERENCE_COUNT, model, version).inc(stats.get("inference_count", 0))
+    child(EXEC_COUNT, model, version).inc(executions)
+    child(REQUEST_DURATION_US, model, version).inc((q_ns + c_in + c_inf + c_out) / 1000)
+    child(QUEUE_DURATION_US, model, version).inc(q_ns / 1000)
+    child(COMPUTE_INPUT_US, model, version).inc(c_in / 1000)
+    child(COMPUTE_INFER_US, model, version).inc(c_inf / 1000)
+    child(COMPUTE_OUTPUT_US, model, version).inc(c_out / 1000)
     # Histograms: one observation per execution (the batch's own durations, not per request).
     size = stats.get("inference_count", 0)
     child(BATCH_SIZE, model, version).observe(size)
