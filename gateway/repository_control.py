@@ -23,6 +23,7 @@ from gateway.repository_files import load_request
 from gateway.response_cache import ResponseCache
 from gateway.traffic_table import decode_weights
 from shared import (
+    change_feed,
     clock,
     control,
     expected_models,
@@ -191,6 +192,7 @@ class RepositoryControl:
                 else:
                     pipe.hdel(keys.weights(), model)
             pipe.incr(keys.policy_rev())
+            change_feed.queue_announce(pipe, change_feed.POLICY, change_feed.MODELS)
             await pipe.execute()
 
     def _dependents(self, model: str) -> list[str]:

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import redis.asyncio as aioredis
 
-from shared import keys, periodic, tensors, tracing
+from shared import change_feed, keys, periodic, tensors, tracing
 from shared.envelope import Tensor
 from shared.errors import ConchError, ErrorCode, invalid
 
@@ -148,6 +148,7 @@ class TraceSettings:
         current = {k: v for k, v in current.items() if v is not None}
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.trace_settings(), scope, msgspec.json.encode(current))
+            change_feed.queue_announce(pipe, change_feed.TRACE)
             if "trace_count" in changes:
                 count = changes["trace_count"]
                 if count is None or count == "-1":

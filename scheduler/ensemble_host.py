@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -36,7 +37,8 @@ class EnsembleHost:
         self._consumer = consumer
         self._on_failure = on_failure
         self._gone_ms = settings.gone_bound_ms
-        self._ttl_ms = max(settings.heartbeat_ttl_ms, 4 * settings.refresh_interval_ms)
+        # Kept fresh by the heartbeat thread (``queue_marks``), like a worker's readiness.
+        self._ttl_ms = settings.heartbeat_ttl_ms
         self._configs: Mapping[str, ModelConfig] = {}
         self._versions: Mapping[str, Mapping[int, int]] = {}
         self._marked: set[tuple[str, int]] = set()
@@ -82,6 +84,12 @@ class EnsembleHost:
                 "ensemble not ready: a composing model has no ready version",
                 extra={"model": config.name},
             )
+
+    def queue_marks(self, pipe: Any) -> None:
+        """The heartbeat thread's readiness marks for the ensembles this scheduler runs."""
+        marked = {pair: 1 for pair in tuple(self._marked)}
+        if marked:
+            readiness.queue_ready(pipe, self._consumer, marked, self._ttl_ms)
 
     async def unmark(self, queues: Mapping[tuple[str, int], object]) -> None:
         """Leave the readiness sets of the ensembles this scheduler ran (it is stopping)."""

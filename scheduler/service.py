@@ -26,6 +26,7 @@ from scheduler.intake import Intake
 from scheduler.settings import SchedulerSettings
 from scheduler.version_queue import VersionQueue
 from shared import (
+    change_feed,
     durability,
     heartbeats,
     keys,
@@ -74,7 +75,13 @@ class SchedulerService:
             ttl_ms=s.heartbeat_ttl_ms,
             interval_ms=s.heartbeat_interval_ms,
             info=lambda: {"pid": str(os.getpid()), "health_port": str(s.health_port)},
+            extra=self.ensembles.queue_marks,
         )
+        # Registry and readiness changes are announced; the refresh interval is the safety poll.
+        self.feed = change_feed.ChangeFeed(
+            s.redis_url, s.refresh_interval_ms / 1000, name="conch-scheduler-changes"
+        )
+        self.feed.on(change_feed.MODELS, self._refresh_once)
 
     async def run(self) -> None:
         health = HealthServer(
@@ -109,15 +116,13 @@ class SchedulerService:
                 await self.redis.aclose()
 
     async def _refresh_loop(self) -> None:
-        while True:
-            try:
-                await self._refresh()
-                self.ready.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("scheduler refresh failed")
-            await asyncio.sleep(self.settings.refresh_interval_ms / 1000)
+        await self.feed.run()
+
+    async def _refresh_once(self) -> None:
+        await self._refresh()
+        self.ready.set()
+        if self._absent:  # a version gone from the fleet is retired after a delay: look again
+            self.feed.kick_after(self.settings.retire_after_ms / 1000, change_feed.MODELS)
 
     async def _refresh(self) -> None:
         rev = int(await self.redis.get(keys.models_rev()) or 0)

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import redis.asyncio as aioredis
 
-from shared import clock, heartbeats, keys
+from shared import change_feed, clock, heartbeats, keys
 
 LOAD = "load"
 UNLOAD = "unload"
@@ -133,6 +133,7 @@ async def publish(r: aioredis.Redis, message: ControlMessage) -> None:
             maxlen=STREAM_MAXLEN,
             approximate=True,
         )
+        change_feed.queue_announce(pipe, change_feed.MODELS)  # the expected models changed
         await pipe.execute()
 
 

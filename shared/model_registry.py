@@ -8,7 +8,7 @@ from __future__ import annotations
 import msgspec
 import redis.asyncio as aioredis
 
-from shared import keys, model_config
+from shared import change_feed, keys, model_config
 from shared.model_config import ModelConfig
 
 _json = msgspec.json
@@ -20,6 +20,7 @@ async def publish_model(r: aioredis.Redis, config: ModelConfig) -> None:
     async with r.pipeline(transaction=True) as pipe:
         pipe.hset(keys.models(), config.name, payload)
         pipe.incr(keys.models_rev())
+        change_feed.queue_announce(pipe, change_feed.MODELS)
         await pipe.execute()
 
 
@@ -37,6 +38,7 @@ async def ensure_published(r: aioredis.Redis, configs: list[ModelConfig]) -> boo
         added = await pipe.execute()
     if any(added):
         await r.incr(keys.models_rev())
+        await change_feed.announce(r, change_feed.MODELS)
         return True
     return False
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import clock, heartbeats, keys, labels, model_registry, readiness, streams
+from shared import change_feed, clock, heartbeats, keys, labels, model_registry, readiness, streams
 from shared.errors import ConchError
 from shared.heartbeat_thread import HeartbeatThread
 from shared.repository import RepositoryModel
@@ -169,6 +169,7 @@ class VersionHost:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hdel(keys.draining(), *(f"{name}:{lv.version}" for lv in loaded))
                 pipe.incr(keys.policy_rev())
+                change_feed.queue_announce(pipe, change_feed.POLICY)
                 await pipe.execute()
         return loaded
 
@@ -231,6 +232,7 @@ class VersionHost:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.draining(), f"{model}:{version}", clock.now_ms())
             pipe.incr(keys.policy_rev())
+            change_feed.queue_announce(pipe, change_feed.POLICY)
             await pipe.execute()
         await asyncio.sleep(self.settings.drain_route_delay_s)
         loaded = await self._leave(key)
