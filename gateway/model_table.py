@@ -178,6 +178,14 @@ class ModelTable:
             "outputs": tensors(config.outputs),
         }
 
+    async def ready(self, model: str, version: str | None) -> bool:
+        """``is_ready`` judged now: re-read first if a worker counted may have expired."""
+        try:
+            await self.current()
+        except Exception:  # Redis unreachable: the last view answers (as the poll did)
+            log.warning("model table could not be re-read for a readiness probe", exc_info=True)
+        return self.is_ready(model, version)
+
     def is_ready(self, model: str, version: str | None) -> bool:
         if model not in self.configs:
             return False

@@ -75,8 +75,9 @@ class EnsembleHost:
         pairs = {(config.name, version): 1 for version in versions}
         ready = all(self.resolve(s.model, s.version) for s in steps_of(config))
         if ready and pairs:
-            await readiness.mark_ready(self._redis, self._consumer, pairs, self._ttl_ms)
-            self._marked.update(pairs)
+            if not pairs.keys() <= self._marked:  # the heartbeat thread keeps marks fresh
+                await readiness.mark_ready(self._redis, self._consumer, pairs, self._ttl_ms)
+                self._marked.update(pairs)
         elif gone := [p for p in pairs if p in self._marked]:
             await readiness.unmark_ready(self._redis, self._consumer, gone)
             self._marked.difference_update(gone)

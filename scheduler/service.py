@@ -34,6 +34,7 @@ from shared import (
     metrics,
     model_registry,
     readiness,
+    reclaim_pace,
     redis_conn,
     streams,
 )
@@ -269,9 +270,12 @@ class SchedulerService:
             await client.aclose()
 
     async def _reclaim_loop(self) -> None:
+        s = self.settings
+        wait_s = s.reclaim_interval_ms / 1000
         while True:
-            await asyncio.sleep(self.settings.reclaim_interval_ms / 1000)
-            s = self.settings
+            await asyncio.sleep(wait_s)
+            wait_s = s.reclaim_interval_ms / 1000
+            dead: list[str] = []
             try:
                 live = await heartbeats.not_dead_ids(
                     self.redis, "scheduler", s.dead_bound_ms, s.heartbeat_ttl_ms
@@ -285,11 +289,21 @@ class SchedulerService:
                         self.id,
                         live,
                         min_idle_ms=s.dead_bound_ms,
+                        dead_pending=dead,
                     ):
                         key = self._streams.get(stream)
                         if key is not None:
                             metrics.child(metrics.RECLAIMED, "scheduler", *key).inc()
                         self.intake.accept(entry)
+                # Sleep long while no one is dying (``shared.reclaim_pace``): same bound.
+                wait_s = await reclaim_pace.next_pass_s(
+                    self.redis,
+                    "scheduler",
+                    dead_bound_ms=s.dead_bound_ms,
+                    ttl_ms=s.heartbeat_ttl_ms,
+                    interval_ms=s.reclaim_interval_ms,
+                    found_dead=bool(dead),
+                )
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -12,17 +12,20 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from shared import heartbeats, keys, metrics, streams
+from shared import heartbeats, keys, metrics, reclaim_pace, streams
 from workers.version_host import VersionHost
 
 log = logging.getLogger(__name__)
 
 
 async def reclaim_loop(host: VersionHost, stopping: asyncio.Event) -> None:
+    s = host.settings
+    wait_s = s.reclaim_interval_ms / 1000
     while not stopping.is_set():
-        await asyncio.sleep(host.settings.reclaim_interval_ms / 1000)
+        await asyncio.sleep(wait_s)
+        wait_s = s.reclaim_interval_ms / 1000
+        dead: list[str] = []
         try:
-            s = host.settings
             live = await heartbeats.not_dead_ids(
                 host.redis, "worker", s.dead_bound_ms, s.heartbeat_ttl_ms
             )
@@ -35,8 +38,18 @@ async def reclaim_loop(host: VersionHost, stopping: asyncio.Event) -> None:
                     host.id,
                     live,
                     min_idle_ms=s.dead_bound_ms,
+                    dead_pending=dead,
                 ):
                     metrics.child(metrics.RECLAIMED, "worker", *key).inc()
                     host.requeue(key, entry)
+            # Sleep long while no one is dying (``shared.reclaim_pace``): same bound, fewer passes.
+            wait_s = await reclaim_pace.next_pass_s(
+                host.redis,
+                "worker",
+                dead_bound_ms=s.dead_bound_ms,
+                ttl_ms=s.heartbeat_ttl_ms,
+                interval_ms=s.reclaim_interval_ms,
+                found_dead=bool(dead),
+            )
         except Exception:
             log.exception("reclaim failed")

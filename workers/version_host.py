@@ -189,6 +189,7 @@ class VersionHost:
             self.serve(lv)
             if old is not None:
                 old.retired = True
+                self.lanes[key].wake()
                 retired.append((old, tasks))
             _log_loaded(lv)
         await self.announce()
@@ -247,6 +248,7 @@ class VersionHost:
         lane = self.lanes.pop(key, None)
         if lane is not None:
             lane.stop.set()  # each loop finishes the batch in hand, then returns
+            lane.wake()
         name = f"serve-{key}"
         tasks = [task for task in self._serving if task.get_name() == name]
         for task in tasks:

@@ -10,7 +10,7 @@ from shared.metrics.families import REDIS_RTT
 from shared.metrics.recording import child
 
 
-async def redis_rtt_probe(r: Any, service: str, interval_s: float = 2.0) -> None:
+async def redis_rtt_probe(r: Any, service: str, interval_s: float = 10.0) -> None:
     """PING Redis every ``interval_s`` and observe the round trip (runs until cancelled)."""
     observe = child(REDIS_RTT, service).observe
     while True:
