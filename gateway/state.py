@@ -32,7 +32,16 @@ from gateway.stream_watch import watch_streams
 from gateway.trace_settings import TraceSettings
 from gateway.traffic_table import TrafficTable
 from gateway.version_router import VersionRouter
-from shared import change_feed, durability, heartbeats, log_settings, metrics, redis_conn, tracing
+from shared import (
+    change_feed,
+    durability,
+    heartbeats,
+    log_settings,
+    metrics,
+    redis_conn,
+    ticks,
+    tracing,
+)
 from shared.change_feed import ChangeFeed
 from shared.replies import ReplyRouter
 
@@ -167,4 +176,5 @@ class GatewayState:
                 log.exception("gateway heartbeat failed")
             else:
                 metrics.record_heartbeat("gateway", True)
-            await asyncio.sleep(s.heartbeat_interval_ms / 1000)
+            # On the process's shared boundaries (``shared.ticks``): one wake with uvicorn's tick.
+            await ticks.sleep_aligned(s.heartbeat_interval_ms / 1000)

@@ -37,6 +37,7 @@ from shared import (
     reclaim_pace,
     redis_conn,
     streams,
+    ticks,
 )
 from shared.ensemble_graph import is_ensemble
 from shared.health_http import HealthServer
@@ -273,7 +274,7 @@ class SchedulerService:
         s = self.settings
         wait_s = s.reclaim_interval_ms / 1000
         while True:
-            await asyncio.sleep(wait_s)
+            await asyncio.sleep(ticks.until_boundary(wait_s))  # with the rest
             wait_s = s.reclaim_interval_ms / 1000
             dead: list[str] = []
             try:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import keys, redis_conn
+from shared import keys, redis_conn, ticks
 
 log = logging.getLogger(__name__)
 
@@ -108,16 +107,18 @@ class ChangeFeed:
             await asyncio.gather(listener, return_exceptions=True)
 
     async def _drive(self) -> None:
-        next_poll = time.monotonic() + self.safety_poll_s
+        loop = asyncio.get_running_loop()
+        # Polls fall on the process's shared boundaries (``shared.ticks``): one wake with the rest.
+        next_poll = self._next_poll(loop)
         while True:
-            now = time.monotonic()
-            if now >= next_poll:
+            now = loop.time()
+            if now >= next_poll - 0.002:
                 self._pending.update(self._refreshers)
-                next_poll = now + self.safety_poll_s
+                next_poll = self._next_poll(loop)
             due, self._pending = self._pending, set()
             self._wake.clear()
             failed = await self._refresh(due)
-            wait_s = next_poll - time.monotonic()
+            wait_s = next_poll - loop.time()
             if failed:
                 self._pending |= failed
                 wait_s = min(wait_s, RETRY_S)
@@ -125,6 +126,12 @@ class ChangeFeed:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(wait_s, 0.0))
+
+    def _next_poll(self, loop: asyncio.AbstractEventLoop) -> float:
+        """The next boundary at least half a period away (``shared.ticks``)."""
+        now, period = loop.time(), self.safety_poll_s
+        due = now + ticks.until_boundary(period, loop)
+        return due + period if due - now < period / 2 else due
 
     async def _refresh(self, due: set[str]) -> set[str]:
         failed: set[str] = set()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from shared import heartbeats, keys, metrics, reclaim_pace, streams
+from shared import heartbeats, keys, metrics, reclaim_pace, streams, ticks
 from workers.version_host import VersionHost
 
 log = logging.getLogger(__name__)
@@ -22,7 +22,7 @@ async def reclaim_loop(host: VersionHost, stopping: asyncio.Event) -> None:
     s = host.settings
     wait_s = s.reclaim_interval_ms / 1000
     while not stopping.is_set():
-        await asyncio.sleep(wait_s)
+        await asyncio.sleep(ticks.until_boundary(wait_s))  # with the rest
         wait_s = s.reclaim_interval_ms / 1000
         dead: list[str] = []
         try:

@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import Any
 
+from shared import ticks
 from shared.metrics.families import REDIS_RTT
 from shared.metrics.recording import child
 
@@ -23,4 +24,4 @@ async def redis_rtt_probe(r: Any, service: str, interval_s: float = 10.0) -> Non
             pass
         else:
             observe(time.perf_counter() - started)
-        await asyncio.sleep(interval_s)
+        await asyncio.sleep(ticks.until_boundary(interval_s))  # with the process's other timers
