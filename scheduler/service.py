@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 from scheduler.ensemble_host import EnsembleHost
 from scheduler.ensemble_runner import EnsembleRunner
 from scheduler.intake import Intake
+from scheduler.reclaim import reclaim_loop
 from scheduler.settings import SchedulerSettings
 from scheduler.version_queue import VersionQueue
 from shared import (
@@ -34,10 +35,8 @@ from shared import (
     metrics,
     model_registry,
     readiness,
-    reclaim_pace,
     redis_conn,
     streams,
-    ticks,
 )
 from shared.ensemble_graph import is_ensemble
 from shared.health_http import HealthServer
@@ -271,41 +270,4 @@ class SchedulerService:
             await client.aclose()
 
     async def _reclaim_loop(self) -> None:
-        s = self.settings
-        wait_s = s.reclaim_interval_ms / 1000
-        while True:
-            await asyncio.sleep(ticks.until_boundary(wait_s))  # with the rest
-            wait_s = s.reclaim_interval_ms / 1000
-            dead: list[str] = []
-            try:
-                live = await heartbeats.not_dead_ids(
-                    self.redis, "scheduler", s.dead_bound_ms, s.heartbeat_ttl_ms
-                )
-                live.add(self.id)
-                for stream in list(self._streams):
-                    for entry in await streams.reclaim_dead(
-                        self.redis,
-                        stream.decode(),
-                        keys.SCHEDULER_GROUP,
-                        self.id,
-                        live,
-                        min_idle_ms=s.dead_bound_ms,
-                        dead_pending=dead,
-                    ):
-                        key = self._streams.get(stream)
-                        if key is not None:
-                            metrics.child(metrics.RECLAIMED, "scheduler", *key).inc()
-                        self.intake.accept(entry)
-                # Sleep long while no one is dying (``shared.reclaim_pace``): same bound.
-                wait_s = await reclaim_pace.next_pass_s(
-                    self.redis,
-                    "scheduler",
-                    dead_bound_ms=s.dead_bound_ms,
-                    ttl_ms=s.heartbeat_ttl_ms,
-                    interval_ms=s.reclaim_interval_ms,
-                    found_dead=bool(dead),
-                )
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("reclaim failed")
+        await reclaim_loop(self.redis, self.settings, self.id, self._streams, self.intake)

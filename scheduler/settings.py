@@ -14,7 +14,7 @@ class SchedulerSettings(Settings, kw_only=True):
     heartbeat_ttl_ms: int = 3_000
     # The registry and readiness are re-read when the change feed announces a change
     # (``shared/change_feed.py``); this is the safety poll that catches a lost notice.
-    refresh_interval_ms: int = 5_000
+    refresh_interval_ms: int = 10_000
     # Entries read per XREADGROUP call.
     read_count: int = 512
     # Read the request streams with one XREADGROUP per hash slot (concurrently) rather than one

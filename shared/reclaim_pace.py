@@ -36,3 +36,30 @@ async def next_pass_s(
     # Late but not yet past the bound (with room for one slow pass): someone may be dying.
     late = await r.zcount(keys.service_registry(kind), now - window - 2 * interval_ms, now - 1)
     return interval_ms / 1000 if late else window / 1000
+
+
+async def streams_to_scan(
+    r: aioredis.Redis, stream_names: list[str], group: str, me: str, live: set[str]
+) -> list[str]:
+    """The streams whose group has a consumer other than ``me`` and the live ones: only those
+    can hold entries to claim (``streams.reclaim_dead`` looks at them one by one). One
+    pipelined round trip for all, instead of one per stream at every pass."""
+    if not stream_names:
+        return []
+    async with r.pipeline(transaction=False) as pipe:
+        for stream in stream_names:
+            pipe.xinfo_consumers(stream, group)
+        replies = await pipe.execute(raise_on_error=False)
+    found = []
+    for stream, consumers in zip(stream_names, replies, strict=True):
+        if isinstance(consumers, Exception):
+            found.append(stream)  # let the scan itself say what is wrong
+            continue
+        names = {_text(c.get("name") or c.get(b"name")) for c in consumers}
+        if names - live - {me}:
+            found.append(stream)
+    return found
+
+
+def _text(value: str | bytes | None) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -30,7 +30,11 @@ async def reclaim_loop(host: VersionHost, stopping: asyncio.Event) -> None:
                 host.redis, "worker", s.dead_bound_ms, s.heartbeat_ttl_ms
             )
             live.add(host.id)
-            for key in list(host.loaded):
+            by_stream = {keys.batch_stream(*key): key for key in list(host.loaded)}
+            scan = await reclaim_pace.streams_to_scan(
+                host.redis, list(by_stream), keys.WORKER_GROUP, host.id, live
+            )
+            for key in [by_stream[stream] for stream in scan]:
                 for entry in await streams.reclaim_dead(
                     host.redis,
                     keys.batch_stream(*key),

@@ -24,7 +24,7 @@ class WorkerSettings(Settings, kw_only=True):
     reclaim_interval_ms: int = 1_000
     # What a Redis that restarted empty forgot (configs, groups, the repository index) is put
     # back when the worker's change-feed subscription is made again, and on this safety poll.
-    restore_poll_ms: int = 5_000
+    restore_poll_ms: int = 10_000
     # A worker is dead, and its pending batches may be claimed, once its last heartbeat is this
     # old; batches are claimed only when idle this long, and the sequences it held move to live
     # instances. Well above a 5 s freeze.
