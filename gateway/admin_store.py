@@ -120,8 +120,8 @@ class AdminStore:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.weights(), model, msgspec.json.encode(stored))
             pipe.incr(keys.policy_rev())
-            change_feed.queue_announce(pipe, change_feed.POLICY)
             await pipe.execute()
+        await change_feed.announce(self._redis, change_feed.POLICY)
         log.info("weights set", extra={"model": model, "weights": stored})
         return WeightsView(model, stored, live)
 
@@ -130,8 +130,8 @@ class AdminStore:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hdel(keys.weights(), model)
             pipe.incr(keys.policy_rev())
-            change_feed.queue_announce(pipe, change_feed.POLICY)
             await pipe.execute()
+        await change_feed.announce(self._redis, change_feed.POLICY)
         log.info("weights cleared", extra={"model": model})
         return WeightsView(model, {}, await self.live_versions(model))
 
@@ -162,8 +162,8 @@ class AdminStore:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.shadow(), model, msgspec.json.encode(body))
             pipe.incr(keys.policy_rev())
-            change_feed.queue_announce(pipe, change_feed.POLICY)
             await pipe.execute()
+        await change_feed.announce(self._redis, change_feed.POLICY)
         log.info("shadow traffic set", extra={"model": model, "version": body.version})
         return await self.get_shadow(model)
 
@@ -172,8 +172,8 @@ class AdminStore:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hdel(keys.shadow(), model)
             pipe.incr(keys.policy_rev())
-            change_feed.queue_announce(pipe, change_feed.POLICY)
             removed, *_ = await pipe.execute()
+        await change_feed.announce(self._redis, change_feed.POLICY)
         if not removed:
             raise not_found(f"no shadow traffic is configured for model '{model}'")
         return Deleted(model)

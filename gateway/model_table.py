@@ -41,6 +41,7 @@ class ModelTable:
         self._versions: dict[str, dict[int, int]] = {}
         # When the earliest heartbeat expiry counted in ``_versions`` passes (ms since epoch).
         self._stale_at: float = math.inf
+        self._asked = False  # a re-read was asked for since the last one
         # What the mesh is expected to serve, and the subset of it expected but not ready here.
         self.expectations = Expectations()
         self.expected: set[str] = set()
@@ -61,6 +62,7 @@ class ModelTable:
         found = await readiness.ready_expiries(self._redis, list(self.configs))
         now = clock.now_ms()
         self._versions = readiness.live_counts(found, now)
+        self._asked = False
         self._stale_at = min(
             (e for vs in found.values() for marks in vs.values() for e, _ in marks if e >= now),
             default=math.inf,
@@ -76,8 +78,8 @@ class ModelTable:
         """model -> version -> live instances, as last read. Once a worker counted here may have
         expired, a re-read is asked for (and this view kept until it lands: a late heartbeat is
         not a dead worker)."""
-        if clock.now_ms() > self._stale_at:
-            self._stale_at = math.inf  # ask once per read
+        if not self._asked and clock.now_ms() > self._stale_at:
+            self._asked = True  # once per read from Redis
             if self._on_stale is not None:
                 self._on_stale()
         return self._versions
@@ -89,7 +91,7 @@ class ModelTable:
     async def current(self) -> None:
         """Re-read now if a worker counted in this view may have expired since (readiness
         probes: Triton's readiness judged on read, with no notice of a worker's death)."""
-        if clock.now_ms() > self._stale_at or (self._stale_at == math.inf and self.loaded.is_set()):
+        if clock.now_ms() > self._stale_at:
             await self.refresh()
 
     def config(self, model: str) -> ModelConfig:

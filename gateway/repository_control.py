@@ -192,8 +192,8 @@ class RepositoryControl:
                 else:
                     pipe.hdel(keys.weights(), model)
             pipe.incr(keys.policy_rev())
-            change_feed.queue_announce(pipe, change_feed.POLICY, change_feed.MODELS)
             await pipe.execute()
+        await change_feed.announce(self._redis, change_feed.POLICY, change_feed.MODELS)
 
     def _dependents(self, model: str) -> list[str]:
         """Ensembles with a step that uses the model."""

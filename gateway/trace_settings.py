@@ -148,7 +148,6 @@ class TraceSettings:
         current = {k: v for k, v in current.items() if v is not None}
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.trace_settings(), scope, msgspec.json.encode(current))
-            change_feed.queue_announce(pipe, change_feed.TRACE)
             if "trace_count" in changes:
                 count = changes["trace_count"]
                 if count is None or count == "-1":
@@ -156,6 +155,7 @@ class TraceSettings:
                 else:
                     pipe.set(keys.trace_remaining(scope), count)
             await pipe.execute()
+        await change_feed.announce(self._redis, change_feed.TRACE)
         return await self.get(model)
 
     async def sample(self, model: str) -> bool:

@@ -47,17 +47,13 @@ def _payload(topics: tuple[str, ...]) -> str:
 
 
 async def announce(r: Any, *topics: str) -> None:
-    """Tell every process that ``topics`` changed. Never raises: a lost notice costs at most
-    one safety poll of delay, and the state it announces is already written."""
+    """Tell every process that ``topics`` changed, after the writes it names succeeded (not
+    inside their pipeline: a cluster pipeline refuses PUBLISH). Never raises: a lost notice
+    costs at most one safety poll of delay, and the state it announces is already written."""
     try:
         await r.publish(channel(), _payload(topics))
     except Exception as exc:  # the safety poll covers it
         log.warning("change notice not sent", extra={"topics": topics, "error": str(exc)})
-
-
-def queue_announce(pipe: Any, *topics: str) -> None:
-    """Queue the notice on a pipeline (asynchronous or synchronous) after the writes it names."""
-    pipe.publish(channel(), _payload(topics))
 
 
 Refresh = Callable[[], Awaitable[object]]

@@ -133,8 +133,8 @@ async def publish(r: aioredis.Redis, message: ControlMessage) -> None:
             maxlen=STREAM_MAXLEN,
             approximate=True,
         )
-        change_feed.queue_announce(pipe, change_feed.MODELS)  # the expected models changed
         await pipe.execute()
+    await change_feed.announce(r, change_feed.MODELS)
 
 
 async def last_id(r: aioredis.Redis) -> bytes:

@@ -20,8 +20,8 @@ async def publish_model(r: aioredis.Redis, config: ModelConfig) -> None:
     async with r.pipeline(transaction=True) as pipe:
         pipe.hset(keys.models(), config.name, payload)
         pipe.incr(keys.models_rev())
-        change_feed.queue_announce(pipe, change_feed.MODELS)
         await pipe.execute()
+    await change_feed.announce(r, change_feed.MODELS)
 
 
 async def ensure_published(r: aioredis.Redis, configs: list[ModelConfig]) -> bool:

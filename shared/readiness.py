@@ -27,7 +27,8 @@ def queue_ready(
     now = now_ms()
     expiry = now + ttl_ms
     for (model, version), count in versions.items():
-        pipe.eval(
+        pipe.execute_command(  # EVAL by name: a cluster pipeline's ``eval`` takes no arguments
+            "EVAL",
             _MARK,
             1,
             keys.ready(model, version),
@@ -71,8 +72,8 @@ async def unmark_ready(r: aioredis.Redis, worker_id: str, versions: list[tuple[s
         for model, version in versions:
             pipe.zrem(keys.ready(model, version), worker_id)
             pipe.hdel(keys.instances(model, version), worker_id)
-        change_feed.queue_announce(pipe, change_feed.MODELS)
         await pipe.execute()
+    await change_feed.announce(r, change_feed.MODELS)
 
 
 async def ready_versions(r: aioredis.Redis, models: list[str]) -> dict[str, dict[int, int]]:

@@ -169,8 +169,8 @@ class VersionHost:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hdel(keys.draining(), *(f"{name}:{lv.version}" for lv in loaded))
                 pipe.incr(keys.policy_rev())
-                change_feed.queue_announce(pipe, change_feed.POLICY)
                 await pipe.execute()
+            await change_feed.announce(self.redis, change_feed.POLICY)
         return loaded
 
     async def replace(self, model: RepositoryModel, versions: list[int]) -> list[LoadedVersion]:
@@ -233,8 +233,8 @@ class VersionHost:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.draining(), f"{model}:{version}", clock.now_ms())
             pipe.incr(keys.policy_rev())
-            change_feed.queue_announce(pipe, change_feed.POLICY)
             await pipe.execute()
+        await change_feed.announce(self.redis, change_feed.POLICY)
         await asyncio.sleep(self.settings.drain_route_delay_s)
         loaded = await self._leave(key)
         if loaded is None:
