@@ -48,6 +48,11 @@ class EnsembleHost:
     ) -> None:
         """The registry's configs and the fleet's live instances, as of the last refresh."""
         self._configs, self._versions = configs, versions
+        # A version gone from the registry (unloaded) is no longer re-marked by the heartbeat
+        # thread (``queue_marks``): its mark expires within the TTL, as it did when marks were
+        # only refreshed here.
+        for pair in [p for p in self._marked if p[1] not in versions.get(p[0], {})]:
+            self._marked.discard(pair)
 
     def resolve(self, model: str, wanted: int) -> tuple[ModelConfig, int] | None:
         """The composing model's config and the version a step runs on (None: not ready)."""
