@@ -60,6 +60,7 @@ class PrivateRedis:
         persistent_dir: str | None = None,
         unix_socket: bool = True,
         extra_args: tuple[str, ...] = (),
+        hz: int = 1,
     ):
         """``extra_args`` are more redis-server options (a cache's maxmemory and policy)."""
         self.host = host
@@ -71,6 +72,7 @@ class PrivateRedis:
         )
         self.process: subprocess.Popen[bytes] | None = None
         self.extra_args = tuple(extra_args)
+        self.hz = hz
 
     @property
     def tcp_url(self) -> str:
@@ -102,6 +104,17 @@ class PrivateRedis:
             "--protected-mode",
             "no",
         ]
+        # The server's own timer: ``hz 1`` (default 10) so an idle mesh's Redis wakes once a
+        # second, not ten times (docs/performance.md, "An idle mesh"). Conch relies on no
+        # timer-driven work: expired keys (request ids, cancel marks) are judged on access,
+        # which is exact whatever hz is; only their memory is reclaimed by the timer, in larger
+        # batches (the slow cycle's budget is a quarter of the timer's period); streams are
+        # trimmed on XADD; liveness is scores compared with the caller's clock; the private
+        # server has no replicas or persistence to tend. Blocking reads that time out do so up
+        # to one timer period late when no command arrives meanwhile (Conch's long blocking
+        # reads are woken by CLIENT UNBLOCK or new entries, not by their timeouts).
+        # ``dynamic-hz`` still raises it with many clients, as Redis does by default.
+        argv += ["--hz", str(self.hz), "--dynamic-hz", "yes"]
         if self.socket_path is not None:
             argv += ["--unixsocket", self.socket_path, "--unixsocketperm", "700"]
         argv += list(self.extra_args)

@@ -107,6 +107,11 @@ class Supervisor:
         pump(process.stderr, sys.stderr, first)
         return process, first
 
+    def settling(self) -> bool:
+        """A service still starting (probed until it answers) or waiting to be restarted: the
+        watch loop keeps its short pace while one is."""
+        return any(not r.served or r.next_start != 0.0 for r in self._services)
+
     def check(self) -> None:
         """Restart services that exited; raise :class:`StartupFailed` for one that cannot start."""
         now = time.monotonic()

@@ -16,9 +16,9 @@ import os
 import secrets
 import signal
 import sys
-import time
 
 from conch import cache_config, http_wait, port_plan
+from conch.child_watch import ChildWatch
 from conch.load_errors import LoadErrors
 from conch.local_prometheus import LocalPrometheus
 from conch.mesh_ready import ModelFailed, wait_ready
@@ -31,6 +31,9 @@ from conch.worker_plan import plan_workers, visible_gpus
 from shared import clock, cpu_budget, gpu, logs, repository
 from shared.errors import ConchError
 from shared.model_config import ModelConfig
+
+# The watch loop's safety net when nothing is starting: a child's exit wakes it at once.
+IDLE_WATCH_S = 5.0
 
 log = logging.getLogger("conch.up")
 
@@ -205,11 +208,20 @@ def up(args: argparse.Namespace) -> int:
         if not args.admin_token:
             print(f"Admin token (generated): {admin_token}", flush=True)
         print(f"  conch admin --url {url} --token <admin token> weights get <model>", flush=True)
-        while not stopping:
-            supervisor.check()
-            if private is not None:
-                _restart_if_exited(private)
-            time.sleep(0.5)
+        watch = ChildWatch()  # woken by a child's exit or a stop signal, not a tick
+        try:
+            while not stopping:
+                supervisor.check()
+                if private is not None:
+                    _restart_if_exited(private)
+                settling = supervisor.settling() or (
+                    private is not None
+                    and private.process is not None
+                    and private.process.poll() is not None
+                )
+                watch.wait(0.5 if settling else IDLE_WATCH_S)
+        finally:
+            watch.close()
         return 0
     except (StartupFailed, ModelFailed) as exc:
         print(f"conch up: {exc}", file=sys.stderr, flush=True)

@@ -32,7 +32,7 @@ from gateway.admin_validation import (
     validate_weights,
 )
 from gateway.traffic_table import Shadow, decode_shadow, decode_weights
-from shared import keys, readiness
+from shared import change_feed, keys, readiness
 from shared.errors import invalid, not_found
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ class AdminStore:
             pipe.hset(keys.weights(), model, msgspec.json.encode(stored))
             pipe.incr(keys.policy_rev())
             await pipe.execute()
+        await change_feed.announce(self._redis, change_feed.POLICY)
         log.info("weights set", extra={"model": model, "weights": stored})
         return WeightsView(model, stored, live)
 
@@ -130,6 +131,7 @@ class AdminStore:
             pipe.hdel(keys.weights(), model)
             pipe.incr(keys.policy_rev())
             await pipe.execute()
+        await change_feed.announce(self._redis, change_feed.POLICY)
         log.info("weights cleared", extra={"model": model})
         return WeightsView(model, {}, await self.live_versions(model))
 
@@ -161,6 +163,7 @@ class AdminStore:
             pipe.hset(keys.shadow(), model, msgspec.json.encode(body))
             pipe.incr(keys.policy_rev())
             await pipe.execute()
+        await change_feed.announce(self._redis, change_feed.POLICY)
         log.info("shadow traffic set", extra={"model": model, "version": body.version})
         return await self.get_shadow(model)
 
@@ -169,7 +172,8 @@ class AdminStore:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hdel(keys.shadow(), model)
             pipe.incr(keys.policy_rev())
-            removed, _ = await pipe.execute()
+            removed, *_ = await pipe.execute()
+        await change_feed.announce(self._redis, change_feed.POLICY)
         if not removed:
             raise not_found(f"no shadow traffic is configured for model '{model}'")
         return Deleted(model)
@@ -208,6 +212,7 @@ class AdminStore:
                 f"field 'api_keys': key {auth.key_id(digest)[:19]}... already belongs to tenant "
                 f"'{owner}'; a key may belong to one tenant only"
             )
+        await change_feed.announce(self._redis, change_feed.TENANTS)
         log.info("tenant stored", extra={"tenant": name, "keys": len(digests)})
         view = tenant_view(tenant, sorted(digests))
         view.generated_keys = generated
@@ -220,5 +225,6 @@ class AdminStore:
         )
         if not removed:
             raise not_found(f"unknown tenant '{name}'")
+        await change_feed.announce(self._redis, change_feed.TENANTS)
         log.info("tenant deleted", extra={"tenant": name})
         return Deleted(name)

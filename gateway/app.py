@@ -76,7 +76,7 @@ async def model_metadata(request: Request, model: str, version: str | None = Non
 
 @get(["/v2/models/{model:str}/ready", "/v2/models/{model:str}/versions/{version:str}/ready"])
 async def model_ready(request: Request, model: str, version: str | None = None) -> Response:
-    ready = _state(request).table.is_ready(model, version)
+    ready = await _state(request).table.ready(model, version)
     return Response(content=b"", status_code=200 if ready else 400)
 
 

@@ -1,9 +1,10 @@
 """Tenants and API keys: who is calling, and may they use this model.
 
 Tenants and the hashes of their keys live in Redis (``shared.keys.tenants``/``api_keys``); every
-gateway process keeps a copy that it reloads when the tenants' revision counter changes, checked
-every refresh interval. Authentication is then a dictionary lookup on the request path, and a
-revoked key stops working on every gateway within one refresh interval.
+gateway process keeps a copy that it reloads when the change feed announces a tenant change
+(``shared.change_feed``; the revision counter says whether anything moved), or at the latest at
+the feed's safety poll. Authentication is then a dictionary lookup on the request path, and a
+revoked key stops working on every gateway within a Redis round trip or two.
 
 Keys are stored as SHA-256 digests: they are random tokens of 192 bits or more (generated) or
 chosen by the operator, so a digest cannot be reversed, and a Redis dump reveals no usable key.
@@ -21,7 +22,7 @@ from typing import Annotated
 import msgspec
 import redis.asyncio as aioredis
 
-from shared import keys, periodic
+from shared import keys
 from shared.errors import ConchError, ErrorCode
 
 log = logging.getLogger(__name__)
@@ -112,9 +113,8 @@ def authorize(tenant: Tenant | None, model: str) -> None:
 class TenantTable:
     """This process's copy of the tenants and key digests, reloaded when they change."""
 
-    def __init__(self, r: aioredis.Redis, refresh_interval_s: float, allow_anonymous: bool):
+    def __init__(self, r: aioredis.Redis, allow_anonymous: bool):
         self._redis = r
-        self._interval = refresh_interval_s
         self.allow_anonymous = allow_anonymous
         self._rev: int | None = None
         self.tenants: dict[str, Tenant] = {}
@@ -141,8 +141,9 @@ class TenantTable:
         self.owners = {_text(digest): _text(owner) for digest, owner in raw_keys.items()}
         self._rev = int(rev_now or 0)
 
-    async def run(self) -> None:
-        await periodic.every(self._interval, self.refresh, "tenant table")
+    @property
+    def loaded(self) -> bool:
+        return self._rev is not None
 
     def keyless(self) -> bool:
         """No API key is registered and anonymous inference is on: a key a client must send

@@ -57,7 +57,7 @@ class InferenceService(
         return service_pb2.ServerReadyResponse(ready=reason is None)
 
     async def ModelReady(self, request: Any, context: Any) -> Any:
-        ready = self.state.table.is_ready(request.name, request.version or None)
+        ready = await self.state.table.ready(request.name, request.version or None)
         return service_pb2.ModelReadyResponse(ready=ready)
 
     async def ServerMetadata(self, request: Any, context: Any) -> Any:

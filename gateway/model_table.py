@@ -1,9 +1,14 @@
 """The gateway's view of the fleet: model configs, which versions have live workers, and which
 models the mesh is expected to serve (``shared.expected_models``).
 
-Re-read from Redis on a short interval (the configurations published in Redis are the truth;
-this is a cache that keeps a Redis round trip off the request path). A stale view can only
-cost a correct 503: the enqueue script checks liveness atomically in Redis. A model that is in
+Re-read from Redis when the change feed says the models changed (``shared.change_feed``: a
+config published, a version newly ready or unmarked, the repository index or a load error
+written), on every (re)subscription and on the feed's slow safety poll (the configurations
+published in Redis are the truth; this is a cache that keeps a Redis round trip off the request
+path). A worker that dies announces nothing: the table keeps each live worker's heartbeat expiry
+and, once the earliest of them has passed, asks for a re-read (``stale``); readiness probes wait
+for it (``current``), the request path does not. A stale view can only cost a correct 503: the
+enqueue script checks liveness atomically in Redis. A model that is in
 the repository but not loaded yet is answered "not at ready state" (503), as Triton answers a
 loading model, never "unknown" (404).
 """
@@ -12,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import expected_models, keys, model_registry, periodic, readiness
+from shared import clock, expected_models, keys, model_registry, readiness
 from shared.errors import ConchError, invalid, not_found, unavailable
 from shared.expected_models import Expectations
 from shared.model_config import ModelConfig, TensorSpec
@@ -26,13 +32,16 @@ log = logging.getLogger(__name__)
 
 
 class ModelTable:
-    def __init__(self, r: aioredis.Redis, refresh_interval_s: float):
+    def __init__(self, r: aioredis.Redis, on_stale: Callable[[], None] | None = None):
         self._redis = r
-        self._interval = refresh_interval_s
+        self._on_stale = on_stale
         self._rev = -1
         self.configs: dict[str, ModelConfig] = {}
-        # model -> version -> live instances (0: known but no live worker)
-        self.versions: dict[str, dict[int, int]] = {}
+        # model -> version -> live instances (0: known but no live worker), as last read
+        self._versions: dict[str, dict[int, int]] = {}
+        # When the earliest heartbeat expiry counted in ``_versions`` passes (ms since epoch).
+        self._stale_at: float = math.inf
+        self._asked = False  # a re-read was asked for since the last one
         # What the mesh is expected to serve, and the subset of it expected but not ready here.
         self.expectations = Expectations()
         self.expected: set[str] = set()
@@ -50,15 +59,40 @@ class ModelTable:
             self._rev, self.configs = await model_registry.read_models(self._redis)
         self.expectations = await expected_models.read(self._redis)
         self.expected = expected_models.expected(self.expectations)
-        self.versions = await readiness.ready_versions(self._redis, list(self.configs))
+        found = await readiness.ready_expiries(self._redis, list(self.configs))
+        now = clock.now_ms()
+        self._versions = readiness.live_counts(found, now)
+        self._asked = False
+        self._stale_at = min(
+            (e for vs in found.values() for marks in vs.values() for e, _ in marks if e >= now),
+            default=math.inf,
+        )
         ready = {m for m, known in self.versions.items() if any(n > 0 for n in known.values())}
         self.not_ready = expected_models.not_ready(self.expected, ready)
         self.loaded.set()
         for listener in self._listeners:
             listener()
 
-    async def run(self) -> None:
-        await periodic.every(self._interval, self.refresh, "model table")
+    @property
+    def versions(self) -> dict[str, dict[int, int]]:
+        """model -> version -> live instances, as last read. Once a worker counted here may have
+        expired, a re-read is asked for (and this view kept until it lands: a late heartbeat is
+        not a dead worker)."""
+        if not self._asked and clock.now_ms() > self._stale_at:
+            self._asked = True  # once per read from Redis
+            if self._on_stale is not None:
+                self._on_stale()
+        return self._versions
+
+    @property
+    def stale(self) -> bool:
+        return clock.now_ms() > self._stale_at
+
+    async def current(self) -> None:
+        """Re-read now if a worker counted in this view may have expired since (readiness
+        probes: Triton's readiness judged on read, with no notice of a worker's death)."""
+        if clock.now_ms() > self._stale_at:
+            await self.refresh()
 
     def config(self, model: str) -> ModelConfig:
         config = self.configs.get(model)
@@ -145,6 +179,14 @@ class ModelTable:
             "inputs": tensors(config.inputs),
             "outputs": tensors(config.outputs),
         }
+
+    async def ready(self, model: str, version: str | None) -> bool:
+        """``is_ready`` judged now: re-read first if a worker counted may have expired."""
+        try:
+            await self.current()
+        except Exception:  # Redis unreachable: the last view answers (as the poll did)
+            log.warning("model table could not be re-read for a readiness probe", exc_info=True)
+        return self.is_ready(model, version)
 
     def is_ready(self, model: str, version: str | None) -> bool:
         if model not in self.configs:

@@ -21,6 +21,7 @@ import uvicorn
 from gateway.app import app_from_env
 from gateway.process_status import GatewayProcess, ProcessStatus
 from gateway.settings import GatewaySettings, graceful_shutdown_s
+from shared import ticks
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,7 +70,8 @@ class QuietServer(uvicorn.Server):
         should_exit = await self.on_tick(counter)
         while not should_exit:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), 1.0)
+                # On whole seconds of the loop's clock, as the heartbeat (``shared.ticks``).
+                await asyncio.wait_for(self._wake.wait(), ticks.until_boundary(1.0))
             counter = (counter + 10) % 864_000  # a multiple of 10: on_tick's once-a-second work
             should_exit = await self.on_tick(counter)
 

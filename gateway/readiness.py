@@ -60,6 +60,7 @@ class Readiness:
         """Why the gateway service is not ready (None: it is), for a probe."""
         try:
             await redis.ping()
+            await self._table.current()  # a worker counted ready may have expired since
         except Exception as exc:
             return f"the mesh's Redis is unreachable ({type(exc).__name__})"
         reason = self.own()

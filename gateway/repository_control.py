@@ -23,6 +23,7 @@ from gateway.repository_files import load_request
 from gateway.response_cache import ResponseCache
 from gateway.traffic_table import decode_weights
 from shared import (
+    change_feed,
     clock,
     control,
     expected_models,
@@ -192,6 +193,7 @@ class RepositoryControl:
                     pipe.hdel(keys.weights(), model)
             pipe.incr(keys.policy_rev())
             await pipe.execute()
+        await change_feed.announce(self._redis, change_feed.POLICY, change_feed.MODELS)
 
     def _dependents(self, model: str) -> list[str]:
         """Ensembles with a step that uses the model."""

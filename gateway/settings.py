@@ -45,8 +45,10 @@ class GatewaySettings(Settings, kw_only=True):
     # heartbeat TTL is needed to read their registry.
     dead_bound_ms: int = 10_000
     worker_heartbeat_ttl_ms: int = 3_000
-    # How often the model table (configs, ready versions) is re-read from Redis.
-    refresh_interval_ms: int = 250
+    # The model table, tenants, traffic and trace settings are re-read from Redis when the
+    # change feed announces a change (``shared/change_feed.py``); this is the safety poll that
+    # catches a lost notice.
+    refresh_interval_ms: int = 10_000
     redis_pool_size: int = 64
     # KServe v2 gRPC port (served by the service's first process); 0 serves no gRPC.
     grpc_port: int = 0

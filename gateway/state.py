@@ -33,7 +33,17 @@ from gateway.stream_watch import watch_streams
 from gateway.trace_settings import TraceSettings
 from gateway.traffic_table import TrafficTable
 from gateway.version_router import VersionRouter
-from shared import durability, heartbeats, log_settings, metrics, periodic, redis_conn
+from shared import (
+    change_feed,
+    durability,
+    heartbeats,
+    log_settings,
+    metrics,
+    redis_conn,
+    ticks,
+    tracing,
+)
+from shared.change_feed import ChangeFeed
 from shared.replies import ReplyRouter
 
 log = logging.getLogger(__name__)
@@ -50,14 +60,18 @@ class GatewayState:
         durability.configure(
             self.redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
         )
-        refresh_s = settings.refresh_interval_ms / 1000
-        self.table = ModelTable(self.redis, refresh_s)
+        # One driver for every cached copy of Redis state: re-read when the change feed
+        # announces a change, and on the safety poll (the refresh interval).
+        self.feed = ChangeFeed(
+            settings.redis_url, settings.refresh_interval_ms / 1000, name="conch-gateway-changes"
+        )
+        self.table = ModelTable(self.redis, on_stale=lambda: self.feed.kick(change_feed.MODELS))
         self.table.on_refresh(lambda: cancellation.zero_counters(self.table.configs))
         self.readiness = Readiness(
             self.table, settings.strict_readiness, process, serves_grpc=bool(settings.grpc_port)
         )
         self.replies = ReplyRouter(settings.redis_url, self.id)
-        self.tenants = TenantTable(self.redis, refresh_s, settings.allow_anonymous)
+        self.tenants = TenantTable(self.redis, settings.allow_anonymous)
         self.traffic = TrafficTable(self.redis)
         self.policy_loaded = asyncio.Event()
         self.dataplane = DataPlane(
@@ -95,12 +109,17 @@ class GatewayState:
             self.redis, self.table, settings.control_timeout_s, settings.max_upload_bytes
         )
         self.repository.cache = self.dataplane.cache
+        self.feed.on(change_feed.MODELS, self.table.refresh)
+        self.feed.on(change_feed.TENANTS, self.refresh_tenants)
+        self.feed.on(change_feed.POLICY, self.refresh_traffic)
+        if tracing.ENABLED:  # settings to follow only while this process traces
+            self.feed.on(change_feed.TRACE, self.traces.refresh)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         """Start the background tasks and wait (a bounded time) for the first copies."""
         self._tasks = [
-            asyncio.create_task(self.table.run(), name="model-table"),
+            asyncio.create_task(self.feed.run(), name="change-feed"),
             asyncio.create_task(self.replies.run(), name="reply-reader"),
             asyncio.create_task(
                 watch_streams(
@@ -113,8 +132,6 @@ class GatewayState:
             ),
             asyncio.create_task(self.heartbeat(), name="heartbeat"),
             asyncio.create_task(metrics.redis_rtt_probe(self.redis, "gateway"), name="rtt"),
-            asyncio.create_task(self.run_policy(), name="traffic-policy"),
-            asyncio.create_task(self.traces.run(), name="trace-settings"),
             asyncio.create_task(log_settings.follow(self.settings.redis_url), name="log-settings"),
         ]
         await self.response_cache.check()
@@ -137,15 +154,17 @@ class GatewayState:
         self.shared_memory.close()
         await self.redis.aclose()
 
-    async def refresh_policy(self) -> None:
-        """Tenants and traffic settings, each re-read only when its revision changed."""
+    async def refresh_tenants(self) -> None:
+        """Re-read only when the revision changed."""
         await self.tenants.refresh()
-        await self.traffic.refresh()
-        self.policy_loaded.set()
+        if self.traffic.loaded:
+            self.policy_loaded.set()
 
-    async def run_policy(self) -> None:
-        interval_s = self.settings.refresh_interval_ms / 1000
-        await periodic.every(interval_s, self.refresh_policy, "traffic policy")
+    async def refresh_traffic(self) -> None:
+        """Re-read only when the revision changed."""
+        await self.traffic.refresh()
+        if self.tenants.loaded:
+            self.policy_loaded.set()
 
     async def heartbeat(self) -> None:
         s = self.settings
@@ -160,4 +179,5 @@ class GatewayState:
                 log.exception("gateway heartbeat failed")
             else:
                 metrics.record_heartbeat("gateway", True)
-            await asyncio.sleep(s.heartbeat_interval_ms / 1000)
+            # On the process's shared boundaries (``shared.ticks``): one wake with uvicorn's tick.
+            await ticks.sleep_aligned(s.heartbeat_interval_ms / 1000)

@@ -29,6 +29,7 @@ async def watch_streams(
     r: aioredis.Redis, replies: ReplyRouter, dead_bound_ms: int, ttl_ms: int
 ) -> None:
     while True:
+        await replies.streams_open.wait()  # an idle gateway has no stream to watch
         await asyncio.sleep(CHECK_S)
         try:
             await check_once(r, replies, dead_bound_ms, ttl_ms)

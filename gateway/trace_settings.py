@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import redis.asyncio as aioredis
 
-from shared import keys, periodic, tensors, tracing
+from shared import change_feed, keys, periodic, tensors, tracing
 from shared.envelope import Tensor
 from shared.errors import ConchError, ErrorCode, invalid
 
@@ -155,6 +155,7 @@ class TraceSettings:
                 else:
                     pipe.set(keys.trace_remaining(scope), count)
             await pipe.execute()
+        await change_feed.announce(self._redis, change_feed.TRACE)
         return await self.get(model)
 
     async def sample(self, model: str) -> bool:

@@ -2,9 +2,10 @@
 versions being unloaded (draining).
 
 The admin API writes weights and shadow settings (``gateway.admin_store``), workers mark the
-versions they unload as draining; every writer bumps the policy revision, and each gateway
-process re-reads all three in one transaction only when that revision changed, checked every
-refresh interval (250 ms by default), so a change reaches every replica well within one second.
+versions they unload as draining; every writer bumps the policy revision and announces the
+change on the change feed (``shared.change_feed``), and each gateway process re-reads all three
+in one transaction when told (and on the feed's safety poll), only when that revision changed,
+so a change reaches every replica within a Redis round trip or two.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ class TrafficTable:
         self.weights: dict[str, dict[int, int]] = {}
         self.shadows: dict[str, Shadow] = {}
         self.draining: set[tuple[str, int]] = set()
+
+    @property
+    def loaded(self) -> bool:
+        return self._rev is not None
 
     async def refresh(self) -> None:
         rev = int(await self._redis.get(keys.policy_rev()) or 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -37,7 +38,8 @@ class EnsembleHost:
         self._on_failure = on_failure
         self._gone_ms = settings.gone_bound_ms
         self._direct = settings.direct_path
-        self._ttl_ms = max(settings.heartbeat_ttl_ms, 4 * settings.refresh_interval_ms)
+        # Kept fresh by the heartbeat thread (``queue_marks``), like a worker's readiness.
+        self._ttl_ms = settings.heartbeat_ttl_ms
         self._configs: Mapping[str, ModelConfig] = {}
         self._versions: Mapping[str, Mapping[int, int]] = {}
         self._marked: set[tuple[str, int]] = set()
@@ -47,6 +49,11 @@ class EnsembleHost:
     ) -> None:
         """The registry's configs and the fleet's live instances, as of the last refresh."""
         self._configs, self._versions = configs, versions
+        # A version gone from the registry (unloaded) is no longer re-marked by the heartbeat
+        # thread (``queue_marks``): its mark expires within the TTL, as it did when marks were
+        # only refreshed here.
+        for pair in [p for p in self._marked if p[1] not in versions.get(p[0], {})]:
+            self._marked.discard(pair)
 
     def resolve(self, model: str, wanted: int) -> tuple[ModelConfig, int] | None:
         """The composing model's config and the version a step runs on (None: not ready)."""
@@ -75,8 +82,9 @@ class EnsembleHost:
         pairs = {(config.name, version): 1 for version in versions}
         ready = all(self.resolve(s.model, s.version) for s in steps_of(config))
         if ready and pairs:
-            await readiness.mark_ready(self._redis, self._consumer, pairs, self._ttl_ms)
-            self._marked.update(pairs)
+            if not pairs.keys() <= self._marked:  # the heartbeat thread keeps marks fresh
+                await readiness.mark_ready(self._redis, self._consumer, pairs, self._ttl_ms)
+                self._marked.update(pairs)
         elif gone := [p for p in pairs if p in self._marked]:
             await readiness.unmark_ready(self._redis, self._consumer, gone)
             self._marked.difference_update(gone)
@@ -84,6 +92,12 @@ class EnsembleHost:
                 "ensemble not ready: a composing model has no ready version",
                 extra={"model": config.name},
             )
+
+    def queue_marks(self, pipe: Any) -> None:
+        """The heartbeat thread's readiness marks for the ensembles this scheduler runs."""
+        marked = {pair: 1 for pair in tuple(self._marked)}
+        if marked:
+            readiness.queue_ready(pipe, self._consumer, marked, self._ttl_ms)
 
     async def unmark(self, queues: Mapping[tuple[str, int], object]) -> None:
         """Leave the readiness sets of the ensembles this scheduler ran (it is stopping)."""

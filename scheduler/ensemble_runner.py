@@ -154,8 +154,11 @@ class EnsembleRunner:
                         "before its deadline",
                     )
                 )
-            wait_s = (self._deadlines[0][0] - now) / 1000 if self._deadlines else 1.0
             self._woken.clear()
+            if not self._deadlines:  # nothing owned: sleep until a request is (idle: no wake-up)
+                await self._woken.wait()
+                continue
+            wait_s = (self._deadlines[0][0] - now) / 1000
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._woken.wait(), timeout=min(1.0, max(wait_s, 0.005)))
 

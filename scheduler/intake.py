@@ -24,6 +24,7 @@ from scheduler.settings import SchedulerSettings
 from scheduler.slot_reads import SlotReads
 from scheduler.version_queue import VersionQueue
 from shared import envelope, keys, metrics, redis_cluster, redis_conn, streams
+from shared.wakeable_read import READ_BLOCK_MS, WakeableRead
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,11 @@ class Intake:
 
     async def run(self) -> None:
         client: aioredis.Redis = redis_conn.dedicated(
-            self.settings.redis_url, name="conch-scheduler-read"
+            self.settings.redis_url, name="conch-scheduler-read", block_ms=READ_BLOCK_MS
         )
+        # New or retired streams end the read in flight at once (the block itself is long).
+        reads = WakeableRead(client, self.redis, fallback_block_ms=250)
+        waker = asyncio.create_task(self._wake_on_change(reads), name="intake-wake")
         slot_reads = None
         url = self.settings.redis_url
         if self.settings.read_by_slot or redis_cluster.is_cluster(url):
@@ -76,12 +80,15 @@ class Intake:
                             slot_reads.needs_recovery = False
                             self._recover = True
                     else:
-                        reply = await client.xreadgroup(
-                            keys.SCHEDULER_GROUP,
-                            self.id,
-                            {stream: b">" for stream in self._streams},
-                            count=self.settings.read_count,
-                            block=250,
+                        wanted = {stream: b">" for stream in self._streams}
+                        reply = await reads.read(
+                            lambda wanted=wanted: client.xreadgroup(  # type: ignore[misc]
+                                keys.SCHEDULER_GROUP,
+                                self.id,
+                                wanted,
+                                count=self.settings.read_count,
+                                block=reads.block_ms,
+                            )
                         )
                 except asyncio.CancelledError:
                     raise
@@ -109,9 +116,17 @@ class Intake:
                 for entry in streams.parse_read(reply):
                     self.accept(entry)
         finally:
+            waker.cancel()
             if slot_reads is not None:
                 await slot_reads.close()
             await client.aclose()
+
+    async def _wake_on_change(self, reads: WakeableRead) -> None:
+        """The service added or retired streams: the read in flight starts again with them."""
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            reads.wake()
 
     async def _recover_own(self) -> None:
         self._recover = False

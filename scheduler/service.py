@@ -24,9 +24,11 @@ from scheduler.cancels import SchedulerCancels
 from scheduler.ensemble_host import EnsembleHost
 from scheduler.ensemble_runner import EnsembleRunner
 from scheduler.intake import Intake
+from scheduler.reclaim import reclaim_loop
 from scheduler.settings import SchedulerSettings
 from scheduler.version_queue import VersionQueue
 from shared import (
+    change_feed,
     durability,
     heartbeats,
     keys,
@@ -76,7 +78,13 @@ class SchedulerService:
             ttl_ms=s.heartbeat_ttl_ms,
             interval_ms=s.heartbeat_interval_ms,
             info=lambda: {"pid": str(os.getpid()), "health_port": str(s.health_port)},
+            extra=self.ensembles.queue_marks,
         )
+        # Registry and readiness changes are announced; the refresh interval is the safety poll.
+        self.feed = change_feed.ChangeFeed(
+            s.redis_url, s.refresh_interval_ms / 1000, name="conch-scheduler-changes"
+        )
+        self.feed.on(change_feed.MODELS, self._refresh_once)
 
     async def run(self) -> None:
         health = HealthServer(
@@ -112,15 +120,13 @@ class SchedulerService:
                 await self.redis.aclose()
 
     async def _refresh_loop(self) -> None:
-        while True:
-            try:
-                await self._refresh()
-                self.ready.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("scheduler refresh failed")
-            await asyncio.sleep(self.settings.refresh_interval_ms / 1000)
+        await self.feed.run()
+
+    async def _refresh_once(self) -> None:
+        await self._refresh()
+        self.ready.set()
+        if self._absent:  # a version gone from the fleet is retired after a delay: look again
+            self.feed.kick_after(self.settings.retire_after_ms / 1000, change_feed.MODELS)
 
     async def _refresh(self) -> None:
         rev = int(await self.redis.get(keys.models_rev()) or 0)
@@ -268,28 +274,4 @@ class SchedulerService:
             await client.aclose()
 
     async def _reclaim_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.reclaim_interval_ms / 1000)
-            s = self.settings
-            try:
-                live = await heartbeats.not_dead_ids(
-                    self.redis, "scheduler", s.dead_bound_ms, s.heartbeat_ttl_ms
-                )
-                live.add(self.id)
-                for stream in list(self._streams):
-                    for entry in await streams.reclaim_dead(
-                        self.redis,
-                        stream.decode(),
-                        keys.SCHEDULER_GROUP,
-                        self.id,
-                        live,
-                        min_idle_ms=s.dead_bound_ms,
-                    ):
-                        key = self._streams.get(stream)
-                        if key is not None:
-                            metrics.child(metrics.RECLAIMED, "scheduler", *key).inc()
-                        self.intake.accept(entry)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("reclaim failed")
+        await reclaim_loop(self.redis, self.settings, self.id, self._streams, self.intake)

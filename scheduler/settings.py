@@ -12,7 +12,9 @@ class SchedulerSettings(Settings, kw_only=True):
     health_port: int = 8010
     heartbeat_interval_ms: int = 1_000
     heartbeat_ttl_ms: int = 3_000
-    refresh_interval_ms: int = 500
+    # The registry and readiness are re-read when the change feed announces a change
+    # (``shared/change_feed.py``); this is the safety poll that catches a lost notice.
+    refresh_interval_ms: int = 10_000
     # Entries read per XREADGROUP call.
     read_count: int = 512
     # Read the request streams with one XREADGROUP per hash slot (concurrently) rather than one

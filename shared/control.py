@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import redis.asyncio as aioredis
 
-from shared import clock, heartbeats, keys
+from shared import change_feed, clock, heartbeats, keys
 
 LOAD = "load"
 UNLOAD = "unload"
@@ -134,6 +134,7 @@ async def publish(r: aioredis.Redis, message: ControlMessage) -> None:
             approximate=True,
         )
         await pipe.execute()
+    await change_feed.announce(r, change_feed.MODELS)
 
 
 async def last_id(r: aioredis.Redis) -> bytes:

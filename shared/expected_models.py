@@ -23,7 +23,7 @@ from __future__ import annotations
 import msgspec
 import redis.asyncio as aioredis
 
-from shared import clock, keys
+from shared import change_feed, clock, keys
 from shared.control import DesiredState, IndexEntry, decode_index, decode_state
 
 
@@ -116,16 +116,19 @@ async def write_index(r: aioredis.Redis, entries: dict[str, IndexEntry]) -> None
             pipe.hset(keys.repository_index(), mapping={k: _encode(v) for k, v in entries.items()})
         await pipe.execute()
     await r.set(keys.repository_scanned(), clock.now_ms())
+    await change_feed.announce(r, change_feed.MODELS)
 
 
 async def record_load_error(r: aioredis.Redis, model: str, worker: str, message: str) -> None:
     error = LoadError(worker=worker, message=message, ms=clock.now_ms())
     await r.hset(keys.load_errors(), model, _encode(error))
+    await change_feed.announce(r, change_feed.MODELS)
 
 
 async def clear_load_errors(r: aioredis.Redis, models: list[str]) -> None:
     if models:
         await r.hdel(keys.load_errors(), *models)
+        await change_feed.announce(r, change_feed.MODELS)
 
 
 def _text(value: str | bytes) -> str:

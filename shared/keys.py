@@ -269,6 +269,12 @@ def log_settings_channel() -> str:
     return f"{FLEET}:logging:changed"
 
 
+def changes_channel() -> str:
+    """Pub/sub channel of the fleet's change feed (``shared/change_feed.py``): which cached
+    state changed (models, policy, tenants, trace)."""
+    return f"{FLEET}:changed"
+
+
 def trace_settings() -> str:
     """HASH scope ("" for the fleet, else a model) -> trace settings JSON set through the trace
     extension."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import msgspec
 import redis.asyncio as aioredis
 
-from shared import keys, model_config
+from shared import change_feed, keys, model_config
 from shared.model_config import ModelConfig
 
 _json = msgspec.json
@@ -21,6 +21,7 @@ async def publish_model(r: aioredis.Redis, config: ModelConfig) -> None:
         pipe.hset(keys.models(), config.name, payload)
         pipe.incr(keys.models_rev())
         await pipe.execute()
+    await change_feed.announce(r, change_feed.MODELS)
 
 
 async def ensure_published(r: aioredis.Redis, configs: list[ModelConfig]) -> bool:
@@ -37,6 +38,7 @@ async def ensure_published(r: aioredis.Redis, configs: list[ModelConfig]) -> boo
         added = await pipe.execute()
     if any(added):
         await r.incr(keys.models_rev())
+        await change_feed.announce(r, change_feed.MODELS)
         return True
     return False
 

@@ -167,12 +167,19 @@ def _options(url: str, **kwargs: object) -> dict[str, object]:
     return options
 
 
-def _cluster(url: str, *, max_connections: int, name: str, retries: int) -> aioredis.RedisCluster:
+def _cluster(
+    url: str,
+    *,
+    max_connections: int,
+    name: str,
+    retries: int,
+    socket_timeout: float = SOCKET_TIMEOUT_S,
+) -> aioredis.RedisCluster:
     """A cluster client (``redis+cluster://``) with the same bounds, hiredis packing included:
     the nodes it discovers later are built from ``connection_kwargs``, the startup ones exist."""
     client = redis_cluster.connect(
         url,
-        socket_timeout=SOCKET_TIMEOUT_S,
+        socket_timeout=socket_timeout,
         health_check_interval=HEALTH_CHECK_INTERVAL_S,
         name=name,
         max_connections=max_connections,
@@ -201,17 +208,22 @@ def connect(url: str, *, max_connections: int = 64, name: str = "conch") -> aior
     return aioredis.Redis(connection_pool=pool)
 
 
-def dedicated(url: str, *, name: str = "conch-blocking") -> aioredis.Redis:
+def dedicated(url: str, *, name: str = "conch-blocking", block_ms: int = 0) -> aioredis.Redis:
     """A single-connection client for a blocking read loop, so it never starves the pool.
 
     It never sends a command again by itself: a consumer-group read whose answer was lost has
     delivered its entries all the same, and the loop must hear of the failure to recover them
     (a retry would read past them). On a cluster: a client of its own whose commands are not
-    retried either (redirections are followed: a redirected command did not run)."""
+    retried either (redirections are followed: a redirected command did not run).
+    ``block_ms``: the longest block its reads ask for, added to the socket timeout (an idle
+    read may block longer than any command may take)."""
+    timeout = SOCKET_TIMEOUT_S + block_ms / 1000
     if redis_cluster.is_cluster(url):
-        return _cluster(url, max_connections=64, name=name, retries=0)  # type: ignore[return-value]
+        return _cluster(url, max_connections=64, name=name, retries=0, socket_timeout=timeout)  # type: ignore[return-value]
     pool = aioredis.ConnectionPool(
-        **_options(url, client_name=name, retry=Retry(ExponentialBackoff(), 0))
+        **_options(
+            url, client_name=name, retry=Retry(ExponentialBackoff(), 0), socket_timeout=timeout
+        )
     )
     client = aioredis.Redis(connection_pool=pool, single_connection_client=True)
     client.auto_close_connection_pool = True  # as from_url does: aclose() closes the pool too

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from shared import keys, redis_conn
 from shared.envelope import Reply, decode_replies
 from shared.reply_stream import ReplyStream
+from shared.wakeable_read import READ_BLOCK_MS
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,8 @@ class ReplyRouter:
         self._redis_url = redis_url
         self._pending: dict[str, asyncio.Future[Reply]] = {}
         self._streams: dict[str, ReplyStream] = {}
+        # Set while a stream is open: its liveness watch sleeps, not polls, when none is.
+        self.streams_open = asyncio.Event()
         self.duplicates = 0
 
     def expect(self, request_id: str) -> asyncio.Future[Reply]:
@@ -41,10 +44,13 @@ class ReplyRouter:
     def expect_stream(self, request_id: str) -> ReplyStream:
         stream = ReplyStream(request_id)
         self._streams[request_id] = stream
+        self.streams_open.set()
         return stream
 
     def forget_stream(self, request_id: str) -> None:
         self._streams.pop(request_id, None)
+        if not self._streams:
+            self.streams_open.clear()
 
     def streams(self) -> list[ReplyStream]:
         """The streams waiting for frames (for the watch on their workers' liveness)."""
@@ -55,12 +61,16 @@ class ReplyRouter:
         return len(self._pending) + len(self._streams)
 
     async def run(self) -> None:
-        client: aioredis.Redis = redis_conn.dedicated(self._redis_url, name="conch-gateway-replies")
+        client: aioredis.Redis = redis_conn.dedicated(
+            self._redis_url, name="conch-gateway-replies", block_ms=READ_BLOCK_MS
+        )
         last_id = b"0-0"
         try:
             while True:
                 try:
-                    reply = await client.xread({self.stream: last_id}, count=512, block=1000)
+                    reply = await client.xread(
+                        {self.stream: last_id}, count=512, block=READ_BLOCK_MS
+                    )
                 except asyncio.CancelledError:
                     raise
                 except Exception:

@@ -65,6 +65,7 @@ async def reclaim_dead(
     live: set[str],
     min_idle_ms: int,
     count: int = 100,
+    dead_pending: list[str] | None = None,
 ) -> list[Entry]:
     """Claim the entries of consumers not in ``live`` that have been idle ``min_idle_ms``;
     drop dead consumers with nothing pending.
@@ -85,6 +86,8 @@ async def reclaim_dead(
         if pending == 0:
             await r.xgroup_delconsumer(stream, group, name)
             continue
+        if dead_pending is not None:  # the reclaimer's pace (``shared.reclaim_pace``)
+            dead_pending.append(name)
         rows = await r.xpending_range(
             stream, group, "-", "+", count, consumername=name, idle=min_idle_ms
         )

@@ -22,6 +22,7 @@ from redis.exceptions import ResponseError
 
 from shared import keys, redis_conn, streams
 from shared.redis_retry import CONNECTION_ERRORS
+from shared.wakeable_read import READ_BLOCK_MS, WakeableRead
 from workers.backend import ModelInstance
 from workers.batch import BatchProcessor
 from workers.lane import Lane
@@ -53,8 +54,10 @@ class BatchLoop:
         stream = keys.batch_stream(loaded.name, loaded.version)
         consumer = self._id
         client: aioredis.Redis = redis_conn.dedicated(
-            self._settings.redis_url, name="conch-worker-read"
+            self._settings.redis_url, name="conch-worker-read", block_ms=READ_BLOCK_MS
         )
+        reads = WakeableRead(client, self._redis, fallback_block_ms=500)
+        lane.wakers.add(reads.wake)
         recover = False
         try:
             while not (self._stopping.is_set() or lane.stop.is_set() or loaded.retired):
@@ -65,8 +68,14 @@ class BatchLoop:
                     await self._process_or_retry(loaded, instance, lane.waiting.get_nowait(), lane)
                     continue
                 try:
-                    reply = await client.xreadgroup(
-                        keys.WORKER_GROUP, consumer, {stream: b">"}, count=1, block=500
+                    reply = await reads.read(
+                        lambda: client.xreadgroup(
+                            keys.WORKER_GROUP,
+                            consumer,
+                            {stream: b">"},
+                            count=1,
+                            block=reads.block_ms,
+                        )
                     )
                 except asyncio.CancelledError:
                     raise
@@ -83,6 +92,7 @@ class BatchLoop:
                     lane.held.add(entry.entry_id)
                     await self._process_or_retry(loaded, instance, entry, lane)
         finally:
+            lane.wakers.discard(reads.wake)
             try:
                 if lane.streaming:  # open streams end first (the drain timeout bounds it)
                     await asyncio.wait(list(lane.streaming))

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from shared import control, keys, redis_conn, streams
 from shared.control import ControlAck, ControlMessage
 from shared.repository import ScanResult
+from shared.wakeable_read import READ_BLOCK_MS
 from workers import control_actions
 from workers.control_actions import ModelHost, ack
 from workers.fleet_state import apply_fleet_state
@@ -37,13 +38,15 @@ class ModelControl:
 
     async def run(self) -> None:
         client: aioredis.Redis = redis_conn.dedicated(
-            self._host.settings.redis_url, name="conch-worker-control"
+            self._host.settings.redis_url, name="conch-worker-control", block_ms=READ_BLOCK_MS
         )
         stream = keys.control_stream()
         try:
             while True:
                 try:
-                    reply = await client.xread({stream: self._cursor}, count=16, block=1000)
+                    reply = await client.xread(
+                        {stream: self._cursor}, count=16, block=READ_BLOCK_MS
+                    )
                 except asyncio.CancelledError:
                     raise
                 except Exception:

@@ -2,9 +2,10 @@
 and the repository index.
 
 The heartbeat itself (registry and readiness) runs on a thread of its own
-(``shared.heartbeat_thread``, started by ``workers.version_host``); this loop, at the same
-interval, puts back what this worker serves and the index, so the mesh recovers without
-restarting anything.
+(``shared.heartbeat_thread``, started by ``workers.version_host``); this loop puts back what
+this worker serves and the index, so the mesh recovers without restarting anything. It runs
+whenever the worker's change-feed subscription is made again (a Redis that restarted dropped
+it) and on the feed's safety poll, not every heartbeat.
 """
 
 from __future__ import annotations
@@ -13,19 +14,25 @@ import asyncio
 import logging
 
 from shared import keys, model_registry, streams
+from shared.change_feed import ChangeFeed
 from workers.repository_index import restore_if_lost
 from workers.version_host import VersionHost
 
 log = logging.getLogger(__name__)
 
 
+RESTORE = "restore"  # never announced: run on (re)subscription and on the safety poll
+
+
 async def restore_loop(host: VersionHost, stopping: asyncio.Event) -> None:
-    while not stopping.is_set():
-        await asyncio.sleep(host.settings.heartbeat_interval_ms / 1000)
-        try:
-            await _restore_after_redis_loss(host)
-        except Exception:
-            log.exception("could not check the model registry")
+    """Until cancelled (the worker's shutdown cancels it)."""
+    feed = ChangeFeed(
+        host.settings.redis_url,
+        host.settings.restore_poll_ms / 1000,
+        name="conch-worker-changes",
+    )
+    feed.on(RESTORE, lambda: _restore_after_redis_loss(host))
+    await feed.run()
 
 
 async def _restore_after_redis_loss(host: VersionHost) -> None:

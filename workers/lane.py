@@ -9,6 +9,7 @@ this worker has in hand, so that recovering the others never hands a batch to tw
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shared import streams
@@ -25,7 +26,15 @@ class Lane:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     # Decoupled batches whose streams are still open (``workers.stream_batch``).
     streaming: set[asyncio.Task[None]] = field(default_factory=set)
+    # Each loop's way to end its blocking read at once (``shared.wakeable_read``): the reads
+    # block long, so news for the loops (a batch to take, a stop) wakes them.
+    wakers: set[Callable[[], None]] = field(default_factory=set)
 
     def put(self, entry: streams.Entry) -> None:
         self.held.add(entry.entry_id)
         self.waiting.put_nowait(entry)
+        self.wake()
+
+    def wake(self) -> None:
+        for wake in list(self.wakers):
+            wake()

@@ -137,6 +137,8 @@ class WorkerService:
         go on while draining (the batches in hand stay this worker's) but mark nothing ready;
         an instance is unloaded only once no execution runs on it."""
         self._stopping.set()
+        for lane in list(self.versions.lanes.values()):
+            lane.wake()  # the batch loops' long blocking reads end now
         self.ready.clear()
         for task in background:
             task.cancel()

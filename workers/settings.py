@@ -22,6 +22,9 @@ class WorkerSettings(Settings, kw_only=True):
     heartbeat_interval_ms: int = 1_000
     heartbeat_ttl_ms: int = 3_000
     reclaim_interval_ms: int = 1_000
+    # What a Redis that restarted empty forgot (configs, groups, the repository index) is put
+    # back when the worker's change-feed subscription is made again, and on this safety poll.
+    restore_poll_ms: int = 10_000
     # A worker is dead, and its pending batches may be claimed, once its last heartbeat is this
     # old; batches are claimed only when idle this long, and the sequences it held move to live
     # instances. Well above a 5 s freeze.

@@ -19,7 +19,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import clock, heartbeats, keys, labels, model_registry, readiness, streams
+from shared import change_feed, clock, heartbeats, keys, labels, model_registry, readiness, streams
 from shared.errors import ConchError
 from shared.heartbeat_thread import HeartbeatThread
 from shared.repository import RepositoryModel
@@ -170,6 +170,7 @@ class VersionHost:
                 pipe.hdel(keys.draining(), *(f"{name}:{lv.version}" for lv in loaded))
                 pipe.incr(keys.policy_rev())
                 await pipe.execute()
+            await change_feed.announce(self.redis, change_feed.POLICY)
         return loaded
 
     async def replace(self, model: RepositoryModel, versions: list[int]) -> list[LoadedVersion]:
@@ -188,6 +189,7 @@ class VersionHost:
             self.serve(lv)
             if old is not None:
                 old.retired = True
+                self.lanes[key].wake()
                 retired.append((old, tasks))
             _log_loaded(lv)
         await self.announce()
@@ -232,6 +234,7 @@ class VersionHost:
             pipe.hset(keys.draining(), f"{model}:{version}", clock.now_ms())
             pipe.incr(keys.policy_rev())
             await pipe.execute()
+        await change_feed.announce(self.redis, change_feed.POLICY)
         await asyncio.sleep(self.settings.drain_route_delay_s)
         loaded = await self._leave(key)
         if loaded is None:
@@ -245,6 +248,7 @@ class VersionHost:
         lane = self.lanes.pop(key, None)
         if lane is not None:
             lane.stop.set()  # each loop finishes the batch in hand, then returns
+            lane.wake()
         name = f"serve-{key}"
         tasks = [task for task in self._serving if task.get_name() == name]
         for task in tasks:

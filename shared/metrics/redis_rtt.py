@@ -6,11 +6,12 @@ import asyncio
 import time
 from typing import Any
 
+from shared import ticks
 from shared.metrics.families import REDIS_RTT
 from shared.metrics.recording import child
 
 
-async def redis_rtt_probe(r: Any, service: str, interval_s: float = 2.0) -> None:
+async def redis_rtt_probe(r: Any, service: str, interval_s: float = 10.0) -> None:
     """PING Redis every ``interval_s`` and observe the round trip (runs until cancelled)."""
     observe = child(REDIS_RTT, service).observe
     while True:
@@ -23,4 +24,4 @@ async def redis_rtt_probe(r: Any, service: str, interval_s: float = 2.0) -> None
             pass
         else:
             observe(time.perf_counter() - started)
-        await asyncio.sleep(interval_s)
+        await asyncio.sleep(ticks.until_boundary(interval_s))  # with the process's other timers

@@ -41,7 +41,7 @@ async def test_a_model_the_table_lacks_is_looked_up_before_it_is_called_unknown(
 ) -> None:
     """The table refreshes every 250 ms; the data plane looks again at once on a miss, so a
     model a worker has just put in the index is "not at ready state", never "unknown"."""
-    table = ModelTable(aredis, 0.25)
+    table = ModelTable(aredis)
     await table.refresh()
     with pytest.raises(ConchError) as unknown:
         await table.config_after_miss("simple")

@@ -92,7 +92,7 @@ async def test_refused_writes_leave_redis_as_it_was(
 
 
 async def test_tenants_keys_and_revocation(aredis: aioredis.Redis, store: AdminStore) -> None:
-    tenants = TenantTable(aredis, 0.25, allow_anonymous=False)
+    tenants = TenantTable(aredis, allow_anonymous=False)
     body = TenantBody(
         api_keys=["first-key-0123456789"],
         generate_keys=2,

@@ -18,7 +18,7 @@ from shared.model_paths import check_model_name, confined
 
 @pytest.fixture
 def control_api(aredis: aioredis.Redis) -> RepositoryControl:
-    return RepositoryControl(aredis, ModelTable(aredis, 1.0), timeout_s=1.0)
+    return RepositoryControl(aredis, ModelTable(aredis), timeout_s=1.0)
 
 
 @pytest.mark.parametrize("name", ["..", ".", "../etc", "a/b", "a\\b", ".hidden", "", "x" * 256])

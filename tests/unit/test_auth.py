@@ -15,7 +15,7 @@ from shared.queue_ticket import queue_ticket
 
 
 def table(allow_anonymous: bool = True) -> TenantTable:
-    t = TenantTable(None, 0.25, allow_anonymous)  # type: ignore[arg-type]
+    t = TenantTable(None, allow_anonymous)  # type: ignore[arg-type]
     t.tenants = {
         "acme": Tenant(name="acme", models=["simple", "mlp*"], priority=1),
         auth.ANONYMOUS: Tenant(name=auth.ANONYMOUS, models=["simple"]),

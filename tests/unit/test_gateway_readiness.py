@@ -27,7 +27,7 @@ class _Redis:
 
 
 def _table(not_ready: list[str], scanned: bool = True) -> ModelTable:
-    table = ModelTable(_Redis(), 0.25)  # type: ignore[arg-type]
+    table = ModelTable(_Redis())  # type: ignore[arg-type]
     table.expectations = Expectations(
         scanned=scanned,
         index={"a": IndexEntry(versions=[1, 3]), "b": IndexEntry(versions=[1])},

@@ -26,8 +26,13 @@ log = logging.getLogger(__name__)
 
 
 async def adoption_loop(host: VersionHost, stopping: asyncio.Event) -> None:
+    s = host.settings
     while not stopping.is_set():
-        await asyncio.sleep(host.settings.reclaim_interval_ms / 1000)
+        sequences = any(sequence_spec(v.model.config) for v in list(host.loaded.values()))
+        # Without a sequence model there is nothing to adopt: look again less often (a model
+        # loaded meanwhile is adopted for within the dead bound's slack, dead bound - TTL).
+        quiet_s = max(s.dead_bound_ms - s.heartbeat_ttl_ms, s.reclaim_interval_ms) / 1000
+        await asyncio.sleep(s.reclaim_interval_ms / 1000 if sequences else quiet_s)
         for (model, version), loaded in list(host.loaded.items()):
             spec = sequence_spec(loaded.model.config)
             if spec is None:
