@@ -65,6 +65,7 @@ class Live:
         self.latencies: list[float] = []
         self.load_started = 0.0
         self.load_ended = 0.0
+        self.baseline_at = 0.0
         self.warmup = 3 * CONCURRENCY
 
     def query(self, expr: str) -> list[dict[str, Any]]:
@@ -123,7 +124,15 @@ def _drive_load(live: Live) -> None:
     for thread in threads:
         thread.start()
     warmed.wait()
-    time.sleep(1.5)  # a scrape between warm-up and load: the window's baseline
+    # The baseline: a moment whose latest scrape holds every warm-up request and no load, read
+    # as such (``@``) rather than guessed from a window a late scrape could stretch.
+    _wait_for(
+        live,
+        f'sum(conch_gateway_requests_total{{model="{MODEL}"}})',
+        lambda v: v >= live.warmup,
+        "warm-up scraped",
+    )
+    live.baseline_at = time.time()
     gc.disable()  # the load generator must not time its own garbage collections
     try:
         live.load_started = time.time()
@@ -300,10 +309,9 @@ def test_histogram_p99_agrees_with_the_load_generator(live: Live) -> None:
     assert len(latencies) >= 200, f"too little load: {len(latencies)} requests"
     # Nearest rank, as histogram_quantile ranks: the ceil(0.99 n)-th fastest request.
     client_p99 = latencies[math.ceil(0.99 * len(latencies)) - 1]
-    window = math.ceil(time.time() - live.load_started) + 1  # + the baseline scrape before it
+    buckets_of = f'sum by (le) (conch_request_duration_seconds_bucket{{model="{MODEL}"}}'
     prom_p99 = live.scalar(
-        "histogram_quantile(0.99, sum by (le) (increase("
-        f'conch_request_duration_seconds_bucket{{model="{MODEL}"}}[{window}s])))'
+        f"histogram_quantile(0.99, {buckets_of}) - {buckets_of} @ {live.baseline_at:.3f}))"
     )
     # Within one bucket, as the issue asks. And never beyond the client's bucket: the gateway's
     # clock (from the request's headers to its answer) runs inside the client's for every
