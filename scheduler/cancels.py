@@ -25,35 +25,15 @@ from shared import envelope, keys, metrics
 from shared.cancel_listener import CancelledRequests, follow
 from shared.envelope import RequestHeader
 from shared.errors import ErrorCode
+from shared.fencing import ack_many_lua
 from shared.publish import queue_replies
 
 log = logging.getLogger(__name__)
 
 CANCELLED_TEXT = "Request was cancelled: the client disconnected or cancelled it"
 
-# KEYS: the stats hash, then the request streams. ARGV: group, consumer, then per stream: how
-# many ids, the ids. Acks and deletes the entries still pending under this consumer and counts
-# them as cancelled; returns how many.
-CANCEL_ACK_LUA = """
-local owned = {}
-local at = 3
-for k = 2, #KEYS do
-  local n = tonumber(ARGV[at])
-  for i = at + 1, at + n do
-    if #redis.call('XPENDING', KEYS[k], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2]) > 0 then
-      owned[#owned + 1] = {k, ARGV[i]}
-    end
-  end
-  at = at + n + 1
-end
-if #owned == 0 then return 0 end
-redis.call('HINCRBY', KEYS[1], 'cancel_count', #owned)
-for _, entry in ipairs(owned) do
-  redis.call('XACK', KEYS[entry[1]], ARGV[1], entry[2])
-  redis.call('XDEL', KEYS[entry[1]], entry[2])
-end
-return #owned
-"""
+# Acks, deletes and counts (as cancelled) the entries still pending under this consumer.
+CANCEL_ACK_LUA = ack_many_lua("cancel_count")
 
 
 async def answer_cancelled(

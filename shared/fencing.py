@@ -40,29 +40,35 @@ if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], '') end
 return 1
 """
 
-# KEYS: the statistics hash, then the request streams. ARGV: group, consumer, then per stream:
-# how many ids, the ids. Acks and deletes the entries this consumer owns, adds their number to
-# fail_count, and returns it.
-FENCED_ACK_MANY_LUA = """
-local owned = {}
+
+def ack_many_lua(counter: str) -> str:
+    """The script that acks and deletes the entries a consumer still owns among those named, adds
+    their number to the statistics field ``counter`` and returns it. KEYS: the statistics hash,
+    then the request streams. ARGV: group, consumer, then per stream: how many ids, the ids."""
+    return f"""
+local owned = {{}}
 local at = 3
 for k = 2, #KEYS do
   local n = tonumber(ARGV[at])
   for i = at + 1, at + n do
     if #redis.call('XPENDING', KEYS[k], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2]) > 0 then
-      owned[#owned + 1] = {k, ARGV[i]}
+      owned[#owned + 1] = {{k, ARGV[i]}}
     end
   end
   at = at + n + 1
 end
 if #owned == 0 then return 0 end
-redis.call('HINCRBY', KEYS[1], 'fail_count', #owned)
+redis.call('HINCRBY', KEYS[1], '{counter}', #owned)
 for _, entry in ipairs(owned) do
   redis.call('XACK', KEYS[entry[1]], ARGV[1], entry[2])
   redis.call('XDEL', KEYS[entry[1]], entry[2])
 end
 return #owned
 """
+
+
+# Counted as failures: the scheduler answering requests with an error.
+FENCED_ACK_MANY_LUA = ack_many_lua("fail_count")
 
 # KEYS: the batch stream, then the request streams. ARGV: group, consumer, the batch, then per
 # stream: how many ids, the ids. All or nothing: when every request entry is still this
