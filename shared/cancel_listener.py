@@ -60,7 +60,7 @@ async def follow(
     while True:
         client: aioredis.Redis = redis_conn.dedicated(redis_url, name=name)
         try:
-            pubsub = client.pubsub()
+            pubsub = await redis_conn.pubsub(client)  # a cluster client learns its nodes first
             await pubsub.subscribe(keys.cancel_channel())
             cancelled.listening_since_ms = time.time() * 1000
             async for message in pubsub.listen():

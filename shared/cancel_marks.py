@@ -23,16 +23,20 @@ async def mark_cancelled(r: aioredis.Redis, model: str, request_id: str, deadlin
     """Set the request's cancel key and its children's, and announce each (raises on a Redis
     error: the caller decides whether that matters)."""
     ttl_ms = max(1, deadline_ms - int(time.time() * 1000)) + CANCEL_KEY_GRACE_MS
+    # The notices go after the pipelines, one PUBLISH each: a Redis Cluster pipeline refuses
+    # PUBLISH (and a notice must not announce a key that is not set yet).
     async with r.pipeline(transaction=False) as pipe:
         pipe.set(keys.cancel(model, request_id), "1", px=ttl_ms)
-        pipe.publish(keys.cancel_channel(), f"{model}\x00{request_id}")
         pipe.smembers(keys.cancel_children(model, request_id))
-        _, _, children = await pipe.execute()
+        _, children = await pipe.execute()
+    notices = [f"{model}\x00{request_id}"]
     if children:
         async with r.pipeline(transaction=False) as pipe:
             for child in children:
                 text = child.decode() if isinstance(child, bytes) else child
                 child_model, _, child_id = text.partition("\x00")
                 pipe.set(keys.cancel(child_model, child_id), "1", px=ttl_ms)
-                pipe.publish(keys.cancel_channel(), text)
+                notices.append(text)
             await pipe.execute()
+    for notice in notices:
+        await r.publish(keys.cancel_channel(), notice)
