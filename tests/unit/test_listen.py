@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conch.port_plan import clash, ports_of
+from conch.ports import free_port
 from shared.listen import PortError, PortInUse, bind_listener, check_free, holder, listening_inodes
 
 
@@ -102,6 +103,7 @@ def test_conch_up_refuses_a_port_in_use_with_its_flag() -> None:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        said = clash(ports_of(_args(grpc_port=port, http_port=port + 1 if port < 65535 else 1)))
+        # The HTTP port: one free a moment ago (port + 1 may belong to another mesh here).
+        said = clash(ports_of(_args(grpc_port=port, http_port=free_port())))
     assert said is not None and f"port {port} (gRPC) is already in use" in said
     assert said.endswith("--grpc-port")
