@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bench.tree_cpu import tree_cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [
@@ -155,30 +156,6 @@ async def _stream_one(client: Any, url: str, model: str, i: int, tokens: int) ->
     return timeline
 
 
-def tree_cpu_s(root: int) -> float:
-    """CPU seconds (user + system) of a process and all its descendants, from /proc: the
-    mesh's own cost, which a machine shared with other work does not blur as it blurs time."""
-    children: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        stats[int(entry.name)] = fields
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total, stack = 0, [root]
-    while stack:
-        pid = stack.pop()
-        stack += children.get(pid, [])
-        if pid in stats:
-            total += int(stats[pid][11]) + int(stats[pid][12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 async def run_mesh(
     url: str, model: str, requests: int, tokens: int, cpu_of: int | None = None
 ) -> dict[str, Any]:
@@ -187,12 +164,12 @@ async def run_mesh(
     limits = httpx.Limits(max_connections=requests + 4)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         await _stream_one(client, url, model, 0, 4)  # warm-up
-        cpu = tree_cpu_s(cpu_of) if cpu_of else 0.0
+        cpu = tree_cpu_seconds(cpu_of)["total"] if cpu_of else 0.0
         started = time.perf_counter()
         timelines = await asyncio.gather(
             *(_stream_one(client, url, model, i, tokens) for i in range(requests))
         )
-        cpu = tree_cpu_s(cpu_of) - cpu if cpu_of else 0.0
+        cpu = tree_cpu_seconds(cpu_of)["total"] - cpu if cpu_of else 0.0
     row = summarize(f"mesh {model}", list(timelines), started)
     if cpu_of:
         row["mesh_cpu_s"] = round(cpu, 2)

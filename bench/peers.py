@@ -15,9 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from bench.cells import Cell
+from bench.tree_cpu import tree_cpu_seconds
 
 KNOWN = ("mlserver", "ray")
 
@@ -82,33 +81,17 @@ def grouped(
 
 
 class TreeCpu:
-    """CPU seconds of a process and every descendant, found anew at each snapshot: Ray starts its
-    actors after the server answers, in process groups of their own, all below the leader."""
+    """CPU of a server: its leader and every descendant, found anew at each snapshot (Ray starts
+    its actors after the server answers, in process groups of their own, all below the leader)."""
 
     def __init__(self, pid: int):
         self.pid = pid
 
-    def snapshot(self) -> dict[tuple[int, float], float]:
-        try:
-            root = psutil.Process(self.pid)
-            tree = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return {}
-        times: dict[tuple[int, float], float] = {}
-        for process in tree:
-            try:
-                cpu = process.cpu_times()
-                times[(process.pid, process.create_time())] = cpu.user + cpu.system
-            except psutil.Error:
-                continue
-        return times
+    def snapshot(self) -> float:
+        return tree_cpu_seconds(self.pid)["total"]
 
-    def cores_since(
-        self, before: dict[tuple[int, float], float], wall_s: float
-    ) -> dict[str, float]:
-        after = self.snapshot()
-        used = sum(t - before.get(key, 0.0) for key, t in after.items())
-        return {"server": round(used / wall_s, 3)}
+    def cores_since(self, before: float, wall_s: float) -> dict[str, float]:
+        return {"server": round((self.snapshot() - before) / wall_s, 3)}
 
 
 def env_for(peer_config: PeerConfig, base: dict[str, str]) -> dict[str, str]:
