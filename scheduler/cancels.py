@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 
 from shared import envelope, keys, metrics
 from shared.cancel_listener import CancelledRequests, follow
+from shared.cancel_marks import CANCELLED_TEXT
 from shared.envelope import RequestHeader
 from shared.errors import ErrorCode
 from shared.fencing import ack_many_lua
@@ -30,7 +31,6 @@ from shared.publish import queue_replies
 
 log = logging.getLogger(__name__)
 
-CANCELLED_TEXT = "Request was cancelled: the client disconnected or cancelled it"
 
 # Acks, deletes and counts (as cancelled) the entries still pending under this consumer.
 CANCEL_ACK_LUA = ack_many_lua("cancel_count")

@@ -15,6 +15,9 @@ import redis.asyncio as aioredis
 
 from shared import keys
 
+# The answer to a request whose client cancelled it, wherever it was stopped.
+CANCELLED_TEXT = "Request was cancelled: the client disconnected or cancelled it"
+
 # How long a cancel key outlives the request's deadline (a late redelivery still sees it).
 CANCEL_KEY_GRACE_MS = 60_000
 

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from shared import envelope, keys
 from shared.cancel_listener import CancelledRequests
+from shared.cancel_marks import CANCELLED_TEXT
 from shared.envelope import InferRequest, Reply
 from shared.errors import ErrorCode
 
@@ -24,7 +25,6 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.05
 WAITED_MS = 20
-CANCELLED_TEXT = "Request was cancelled: the client disconnected or cancelled it"
 
 
 async def cancelled_ids(r: aioredis.Redis, model: str, request_ids: Sequence[str]) -> set[str]:
