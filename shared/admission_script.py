@@ -17,6 +17,13 @@ request entries when it dispatches them, workers delete batches when they ack th
 is added to the batch stream as a batch of one (``shared.batch_entry``: its header and payload,
 no Batch envelope) and the script answers ``DIRECT``. Same liveness, dedupe and deadline rules;
 the request simply waited 0 in the queue.
+
+Only while the version's last execution was a batch of one (``last_batch`` in its statistics
+hash, written by the worker's ack; absent counts as one): under closed-loop load the worker's
+ack empties every stream at once, and without this rule the first request of the next wave
+would go direct alone and the wave's batch would wait behind it (measured: a quarter of `mlp`'s
+throughput at c=64). A batch larger than one sends requests through the scheduler until it forms
+a batch of one again, i.e. until the load has gone.
 """
 
 from __future__ import annotations
@@ -27,15 +34,16 @@ from dataclasses import dataclass
 from shared import keys
 
 # KEYS: readiness set, request stream, the request's admission record; for the direct branch
-#       also the batch stream, then every request stream of the version.
+#       also the batch stream, the statistics hash, then every request stream of the version.
 # ARGV: oldest readiness expiry (ms) that still counts as live, max queue size (0: none),
 #       header, data, milliseconds to keep the admission record.
 ENQUEUE_LUA = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return 1 end
 if redis.call('ZCOUNT', KEYS[1], ARGV[1], '+inf') == 0 then return -1 end
-if #KEYS > 3 and redis.call('XLEN', KEYS[4]) == 0 then
+if #KEYS > 3 and redis.call('XLEN', KEYS[4]) == 0
+    and tonumber(redis.call('HGET', KEYS[5], 'last_batch') or '1') <= 1 then
   local idle = true
-  for i = 5, #KEYS do
+  for i = 6, #KEYS do
     if redis.call('XLEN', KEYS[i]) > 0 then idle = false break end
   end
   if idle then
@@ -86,7 +94,7 @@ def admission_call(
         keys.admitted(model, request_id),
     ]
     if direct_levels:
-        script_keys.append(keys.batch_stream(model, version))
+        script_keys.extend((keys.batch_stream(model, version), keys.stats(model, version)))
         script_keys.extend(keys.request_stream(model, version, level) for level in direct_levels)
     return AdmissionCall(
         keys=script_keys,

@@ -24,16 +24,19 @@ from redis.asyncio.client import Pipeline
 from shared import keys
 
 # KEYS: the stream, the statistics hash. ARGV: group, consumer, entry id, batch-done channel
-# ('' for none), last_inference (ms), then counter name and amount pairs. Returns 1 when the
-# entry was this consumer's (acked, deleted, counted, announced), 0 when it was not.
+# ('' for none), last_inference (ms), the batch's size (0: not recorded), then counter name and
+# amount pairs. Returns 1 when the entry was this consumer's (acked, deleted, counted,
+# announced), 0 when it was not. The size is kept as ``last_batch``: the admission script's
+# direct path is taken only while the version's executions are batches of one.
 FENCED_ACK_LUA = """
 if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2]) == 0 then
   return 0
 end
-if #ARGV > 5 then
-  for i = 6, #ARGV, 2 do redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+if #ARGV > 6 then
+  for i = 7, #ARGV, 2 do redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
   redis.call('HSET', KEYS[2], 'last_inference', ARGV[5])
 end
+if ARGV[6] ~= '0' then redis.call('HSET', KEYS[2], 'last_batch', ARGV[6]) end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], '') end
@@ -111,12 +114,13 @@ def queue_fenced_ack(
     done_channel: str = "",
     counters: Mapping[str, int] | None = None,
     last_inference_ms: int = 0,
+    batch_size: int = 0,
 ) -> None:
     """Queue the fenced ack of one entry (its answer is 1: acked, or 0: no longer ours).
 
     EVAL with the source rather than EVALSHA: a pipeline then never meets NOSCRIPT after a
     Redis restart, and Redis caches the compiled script by its digest anyway."""
-    args: list[object] = [group, consumer, entry_id, done_channel, last_inference_ms]
+    args: list[object] = [group, consumer, entry_id, done_channel, last_inference_ms, batch_size]
     for field, amount in (counters or {}).items():
         args.extend((field, amount))
     pipe.eval(FENCED_ACK_LUA, 2, stream, stats_key, *args)

@@ -139,6 +139,7 @@ class BatchProcessor:
                     keys.batch_done_channel(name, version),
                     stats,
                     int(now_ms),
+                    len(requests),
                 )
                 return await pipe.execute()
 

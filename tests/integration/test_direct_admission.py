@@ -12,6 +12,7 @@ from shared import batch_entry, clock, envelope, keys, readiness
 from shared.admission_script import ADMITTED, DIRECT, ENQUEUE_LUA, NO_WORKER, admission_call
 from shared.coalesced_script import CoalescedScript
 from shared.envelope import Batch, InferRequest, RequestHeader, Tensor
+from shared.fencing import queue_fenced_ack
 
 MODEL, VERSION = "quick", 1
 LEVELS = [1, 2, 3]
@@ -120,3 +121,36 @@ async def test_a_scheduler_batch_decodes_as_before(aredis: aioredis.Redis) -> No
     [(_, fields)] = await aredis.xrange(BATCHES)
     assert batch_entry.decode(fields, entry_id, MODEL, VERSION) == batch
     assert batch_entry.direct_priority(fields) is None
+
+
+async def _execute_and_ack(aredis: aioredis.Redis, size: int) -> None:
+    """A worker takes the batch stream's oldest entry and acks it as a batch of ``size``, with
+    the fenced ack every worker sends (``shared.fencing``)."""
+    await aredis.xgroup_create(BATCHES, keys.WORKER_GROUP, id="0", mkstream=True)
+    [(_, [(entry_id, _)])] = await aredis.xreadgroup(
+        keys.WORKER_GROUP, "worker-1", {BATCHES: ">"}, count=1
+    )
+    async with aredis.pipeline(transaction=False) as pipe:
+        queue_fenced_ack(
+            pipe, BATCHES, keys.stats(MODEL, VERSION), keys.WORKER_GROUP, "worker-1", entry_id,
+            counters={"execution_count": 1, "inference_count": size}, last_inference_ms=1,
+            batch_size=size,
+        )  # fmt: skip
+        assert await pipe.execute() == [1]
+    await aredis.xgroup_destroy(BATCHES, keys.WORKER_GROUP)
+
+
+async def test_after_a_larger_batch_an_idle_version_queues_until_a_batch_of_one(
+    aredis: aioredis.Redis, admit
+) -> None:
+    """Closed-loop load empties every stream at each ack: the next wave's first request must not
+    go alone ahead of the wave's batch. Direct again once the version runs batches of one."""
+    await aredis.xadd(BATCHES, {keys.FIELD_DATA: b"a scheduler's batch of three"})
+    await _execute_and_ack(aredis, 3)
+    assert await aredis.xlen(BATCHES) == 0
+    assert await admit(1) == ADMITTED  # everything idle, but the last batch held three
+    assert await aredis.xlen(stream(2)) == 1
+    await aredis.delete(stream(2))  # the scheduler dispatched it alone: a batch of one
+    await aredis.xadd(BATCHES, {keys.FIELD_DATA: b"a scheduler's batch of one"})
+    await _execute_and_ack(aredis, 1)
+    assert await admit(2) == DIRECT
