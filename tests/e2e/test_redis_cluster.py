@@ -89,6 +89,20 @@ class Load:
         for thread in self._threads:
             thread.join(timeout=self.deadline_s + 30)
 
+    def wait_recovered(self, since: float, settle_s: float, within_s: float) -> None:
+        """Wait until ``settle_s`` after ``since`` (every request in flight then has met its
+        deadline) and 20 requests in a row have succeeded after the last failure, or until
+        ``within_s``; the assertions judge what happened."""
+        while time.monotonic() < since + within_s:
+            time.sleep(0.5)
+            if time.monotonic() < since + settle_s:
+                continue
+            with self._lock:
+                outcomes = list(self.outcomes)
+            last_failure = max((o.done for o in outcomes if o.kind != "ok"), default=since)
+            if sum(o.kind == "ok" and o.sent > last_failure for o in outcomes) >= 20:
+                return
+
     def _run(self) -> None:
         client = httpclient.InferenceServerClient(
             self.url, network_timeout=self.deadline_s + 20, connection_timeout=5
@@ -141,7 +155,7 @@ def test_killing_the_master_of_a_busy_model_under_load(
             victim = cluster.master_for(keys.batch_stream("simple", 1))
             killed = time.monotonic()
             cluster.kill(victim)
-            time.sleep(deadline_s + 15)
+            load.wait_recovered(killed, settle_s=deadline_s + 1, within_s=deadline_s + 15)
         cluster.wait_healthy(30)
     finally:
         mesh.stop()
