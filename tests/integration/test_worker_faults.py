@@ -27,6 +27,7 @@ from tests.worker_harness import (
     replies,
     write_repository,
 )
+from workers.batch_loop import BatchLoop
 
 
 @pytest.fixture
@@ -237,3 +238,40 @@ async def test_a_batch_that_ran_is_not_run_again_when_its_ack_meets_a_redis_outa
     assert await eventually(lambda: _pending(aredis), lambda n: n == 0, within=10) == 0
     await asyncio.sleep(1.0)  # time for a second execution, if one were coming
     assert worker.backend.executed == ["ack-outage"]
+
+
+async def test_a_batch_whose_ack_and_next_read_failed_together_is_answered_once_and_not_run_again(
+    workers, repository, aredis
+) -> None:
+    """A batch's replies and ack ride on the loop's next read (one write). When that write meets
+    a connection error (and the pool's retry of it meets another), the replies and ack are sent
+    again alone; the batch is answered, acked and executed once."""
+    worker = await start(workers, _url(aredis), repository)
+    client = _PublishFailsOnce(worker.service._batches._redis)
+    worker.service._batches._redis = client  # type: ignore[assignment]
+    real = BatchLoop._send_and_read
+    failed: list[str] = []
+
+    async def fails_once(self, client_, outcome, *args):  # type: ignore[no-untyped-def]
+        if not failed:
+            failed.append(outcome.entry.entry_id.decode())
+            client.armed = True  # the pool's first try fails as well
+            raise redis.exceptions.ConnectionError("Connection reset (injected)")
+        return await real(self, client_, outcome, *args)
+
+    BatchLoop._send_and_read = fails_once  # type: ignore[method-assign]
+    try:
+        await aredis.xadd(BATCHES, {keys.FIELD_DATA: batch("rides-with-read")})
+        got = await eventually(lambda: replies(aredis), lambda r: len(r) >= 1, within=10)
+        assert [(r.id, r.error_code) for r in got] == [("rides-with-read", "")]
+        assert await eventually(lambda: _pending(aredis), lambda n: n == 0, within=10) == 0
+        assert len(failed) == 1 and not client.armed  # both faults were met
+        await aredis.xadd(BATCHES, {keys.FIELD_DATA: batch("next")})
+        got = await eventually(lambda: replies(aredis), lambda r: len(r) >= 2, within=10)
+        assert [r.id for r in got] == ["rides-with-read", "next"]
+        await asyncio.sleep(1.0)  # time for a second execution, if one were coming
+        assert worker.backend.executed == ["rides-with-read", "next"]
+        stats = await aredis.hgetall(keys.stats(MODEL, VERSION))
+        assert stats[b"execution_count"] == b"2"
+    finally:
+        BatchLoop._send_and_read = real  # type: ignore[method-assign]
