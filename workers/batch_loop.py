@@ -163,7 +163,10 @@ class BatchLoop:
             )
             for args, options in commands:
                 if len(answers) == ack_at + 1:
-                    unsent = self._settle(outcome, answers, lane)
+                    if outcome.settle(answers):
+                        lane.held.discard(outcome.entry.entry_id)
+                    else:
+                        unsent = outcome
                 try:
                     answers.append(await client.parse_response(connection, args[0], **options))
                 except ResponseError as exc:
@@ -172,24 +175,6 @@ class BatchLoop:
             await connection.disconnect()  # answers may be left on the wire
             raise
         return answers[-1], unsent
-
-    def _settle(self, outcome: Outcome, answers: list[Any], lane: Lane) -> Outcome | None:
-        """The outcome's answers: settled (acked, or refused by the fence), or the outcome
-        again when a command failed."""
-        if any(isinstance(answer, Exception) for answer in answers):
-            log.warning(
-                "a batch's replies or ack failed; sending them again",
-                extra={"model": outcome.model, "errors": [repr(a) for a in answers]},
-            )
-            return outcome
-        outcome.settled = True
-        if answers[-1]:
-            outcome.record()
-        else:  # claimed by another worker meanwhile: nothing of it counts here
-            outcome.recorded = True
-            outcome.late()
-        lane.held.discard(outcome.entry.entry_id)
-        return None
 
     async def _send_alone(self, outcome: Outcome | None, lane: Lane) -> None:
         """Send an outcome through the pool; a failure leaves its batch to be tried again."""

@@ -90,6 +90,24 @@ class Outcome:
             self.late()
         return acked
 
+    def settle(self, answers: list[Any]) -> bool:
+        """Its answers (a pipeline's, errors as objects; the ack's last): True when settled
+        (acked, or refused by the fence), False when a command failed and it is to be sent
+        again."""
+        if any(isinstance(answer, Exception) for answer in answers):
+            log.warning(
+                "a batch's replies or ack failed; sending them again",
+                extra={"model": self.model, "errors": [repr(a) for a in answers]},
+            )
+            return False
+        self.settled = True
+        if answers[-1]:
+            self.record()
+        else:  # claimed by another worker meanwhile: nothing of it counts here
+            self.recorded = True
+            self.late()
+        return True
+
     def record(self) -> None:
         """The batch's Prometheus series and trace spans, once (an outcome whose write on the
         reading connection failed is sent again through the pool)."""
