@@ -224,28 +224,9 @@ async def test_a_batch_that_ran_is_not_run_again_when_its_ack_meets_a_redis_outa
     """The batch executed; Redis was restarting when its replies and ack went out. Before: the
     failed write sent the batch back to the loop, which found it still pending for itself and
     executed it again (seen twice in the 100,000-request soak, both at a Redis restart). Now the
-    replies and ack are retried, the execution never."""
-    worker = await start(workers, _url(aredis), repository)
-    client = _PublishFailsOnce(worker.service._batches._redis)
-    worker.service._batches._redis = client  # type: ignore[assignment]
-    worker.backend.gate.clear()
-    await aredis.xadd(BATCHES, {keys.FIELD_DATA: batch("ack-outage")})
-    assert await asyncio.to_thread(worker.backend.entered.wait, 5)
-    client.armed = True
-    worker.backend.gate.set()
-    got = await eventually(lambda: replies(aredis), lambda r: len(r) >= 1, within=10)
-    assert [(r.id, r.error_code) for r in got] == [("ack-outage", "")]
-    assert await eventually(lambda: _pending(aredis), lambda n: n == 0, within=10) == 0
-    await asyncio.sleep(1.0)  # time for a second execution, if one were coming
-    assert worker.backend.executed == ["ack-outage"]
-
-
-async def test_a_batch_whose_ack_and_next_read_failed_together_is_answered_once_and_not_run_again(
-    workers, repository, aredis
-) -> None:
-    """A batch's replies and ack ride on the loop's next read (one write). When that write meets
-    a connection error (and the pool's retry of it meets another), the replies and ack are sent
-    again alone; the batch is answered, acked and executed once."""
+    replies and ack are retried, the execution never. They ride on the loop's next read (one
+    write); here that write fails, and so does the first try of sending them alone through the
+    pool: the batch is answered, acked and executed once."""
     worker = await start(workers, _url(aredis), repository)
     client = _PublishFailsOnce(worker.service._batches._redis)
     worker.service._batches._redis = client  # type: ignore[assignment]
