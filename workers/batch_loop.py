@@ -148,8 +148,9 @@ class BatchLoop:
         next batch. The ack's answer is read as soon as Redis gives it (not when the read
         ends), then the read's. Returns the read's answer (an error as an object), and the
         outcome again if its commands failed (to be sent alone)."""
-        pipe = client.pipeline(transaction=False)
-        ack_at = outcome.queue(pipe)
+        pipe = client.pipeline(transaction=False)  # only to pack the commands
+        outcome.queue(pipe)
+        ack_at = len(pipe.command_stack) - 1
         pipe.xreadgroup(keys.WORKER_GROUP, consumer, {stream: b">"}, count=1, block=block_ms)
         commands = list(pipe.command_stack)
         await client.initialize()  # the dedicated client's one connection

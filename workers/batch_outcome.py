@@ -55,8 +55,8 @@ class Outcome:
     # Its ack answered (acked, or refused by the fence): nothing of it is left to send.
     settled: bool = field(default=False, init=False)
 
-    def queue(self, pipe: Pipeline) -> int:
-        """Queue the replies, then the fenced ack; returns the ack's index in ``pipe``."""
+    def queue(self, pipe: Pipeline) -> None:
+        """Queue the replies, then the fenced ack (the last command queued)."""
         queue_replies(pipe, self.replies)
         queue_fenced_ack(
             pipe,
@@ -70,7 +70,6 @@ class Outcome:
             int(self.now_ms),
             len(self.requests),
         )
-        return len(pipe.command_stack) - 1
 
     async def send(self, r: aioredis.Redis, bound_s: float) -> bool:
         """Alone, through the pool; connection errors retried for ``bound_s`` (the batch ran:
