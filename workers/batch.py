@@ -22,11 +22,9 @@ from shared import batch_entry, envelope, keys, metrics, sequence_params, stream
 from shared.cancel_listener import CancelledRequests
 from shared.envelope import InferRequest, Reply, Timing
 from shared.errors import ConchError, ErrorCode
-from shared.fencing import queue_fenced_ack
-from shared.publish import queue_replies
-from shared.redis_retry import until_answered
 from workers import poison
 from workers.backend import ModelInstance, ModelRequest
+from workers.batch_outcome import Outcome
 from workers.cancel_check import drop_cancelled
 from workers.executions import Executions, inline_bound_us
 from workers.loader import LoadedVersion
@@ -70,10 +68,16 @@ class BatchProcessor:
         return bool(rows)
 
     async def process(
-        self, loaded: LoadedVersion, instance: ModelInstance, entry: streams.Entry
-    ) -> asyncio.Task[None] | None:
+        self,
+        loaded: LoadedVersion,
+        instance: ModelInstance,
+        entry: streams.Entry,
+        defer: bool = False,
+    ) -> asyncio.Task[None] | Outcome | None:
         """For a decoupled model: returns once ``execute`` did, with the task that finishes its
-        streams and acks the batch (``workers.stream_batch``)."""
+        streams and acks the batch (``workers.stream_batch``). ``defer``: an ordinary batch's
+        replies and ack are returned unsent (``workers.batch_outcome``), for the caller to
+        send with its next read."""
         name, version = loaded.name, loaded.version
         if entry.deliveries > self._settings.max_deliveries:
             await poison.dead_letter(
@@ -124,47 +128,28 @@ class BatchProcessor:
             replies.extend(await self._execute(loaded, instance, batch.queue_ns, runnable, stats))
         if unrun:  # expired: failures, as Triton counts them (and the stats hash)
             stats["fail_count"] = stats.get("fail_count", 0) + unrun
-        published_ns = time.time_ns()
-
-        async def publish_and_ack() -> list[Any]:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                queue_replies(pipe, replies)
-                queue_fenced_ack(
-                    pipe,
-                    entry.stream,
-                    keys.stats(name, version),
-                    keys.WORKER_GROUP,
-                    self._id,
-                    entry.entry_id,
-                    keys.batch_done_channel(name, version),
-                    stats,
-                    int(now_ms),
-                    len(requests),
-                )
-                return await pipe.execute()
-
-        # The batch ran: a Redis restart retries its replies and ack (up to the dead bound, when
-        # another worker may claim it anyway), never its execution.
-        results = await until_answered(publish_and_ack, self._settings.dead_bound_ms / 1000)
-        if not results[-1]:
-            # Claimed by another worker while this one was frozen: its outcome counts, not ours.
-            metrics.record_late_result("worker", name, version)
-            log.warning(
-                "batch no longer owned by this worker; its ack and statistics dropped",
-                extra={"model": name, "version": version, "entry": entry.entry_id.decode()},
-            )
-            return
-        if runnable and "execution_count" in stats:
-            metrics.record_batch(name, version, stats)
+        outcome = Outcome(
+            entry=entry,
+            model=name,
+            version=version,
+            worker=self._id,
+            replies=replies,
+            stats=stats,
+            now_ms=now_ms,
+            requests=requests,
+            unrun=unrun,
+            ran=bool(runnable),
+        )
         if (level := batch_entry.direct_priority(entry.fields)) is not None:
-            metrics.record_direct(name, version, level, batch.queue_ns[0])
-        if unrun:
-            metrics.record_failures(name, version, metrics.REJECTED, unrun)
-        if stats.get("cancel_count"):
-            metrics.record_failures(name, version, metrics.CANCELED, stats["cancel_count"])
-        if tracing.ENABLED:
-            _trace_requests("conch.worker.reply", enumerate(requests), published_ns, self._id)
+            outcome.direct_level, outcome.direct_queue_ns = level, batch.queue_ns[0]
+        if defer:
+            return outcome
+        await self.send(outcome)
         return None
+
+    async def send(self, outcome: Outcome) -> bool:
+        """Replies and fenced ack alone, through the pool (``Outcome.send``)."""
+        return await outcome.send(self._redis, self._settings.dead_bound_ms / 1000)
 
     async def _submit(self, instance: ModelInstance, run: Any, *args: Any) -> Any:
         """Run ``run(*args)`` on the pool, tracked as this instance's execution."""

@@ -27,6 +27,7 @@ from tests.worker_harness import (
     replies,
     write_repository,
 )
+from workers.batch_loop import BatchLoop
 
 
 @pytest.fixture
@@ -223,17 +224,35 @@ async def test_a_batch_that_ran_is_not_run_again_when_its_ack_meets_a_redis_outa
     """The batch executed; Redis was restarting when its replies and ack went out. Before: the
     failed write sent the batch back to the loop, which found it still pending for itself and
     executed it again (seen twice in the 100,000-request soak, both at a Redis restart). Now the
-    replies and ack are retried, the execution never."""
+    replies and ack are retried, the execution never. They ride on the loop's next read (one
+    write); here that write fails, and so does the first try of sending them alone through the
+    pool: the batch is answered, acked and executed once."""
     worker = await start(workers, _url(aredis), repository)
     client = _PublishFailsOnce(worker.service._batches._redis)
     worker.service._batches._redis = client  # type: ignore[assignment]
-    worker.backend.gate.clear()
-    await aredis.xadd(BATCHES, {keys.FIELD_DATA: batch("ack-outage")})
-    assert await asyncio.to_thread(worker.backend.entered.wait, 5)
-    client.armed = True
-    worker.backend.gate.set()
-    got = await eventually(lambda: replies(aredis), lambda r: len(r) >= 1, within=10)
-    assert [(r.id, r.error_code) for r in got] == [("ack-outage", "")]
-    assert await eventually(lambda: _pending(aredis), lambda n: n == 0, within=10) == 0
-    await asyncio.sleep(1.0)  # time for a second execution, if one were coming
-    assert worker.backend.executed == ["ack-outage"]
+    real = BatchLoop._send_and_read
+    failed: list[str] = []
+
+    async def fails_once(self, client_, outcome, *args):  # type: ignore[no-untyped-def]
+        if not failed:
+            failed.append(outcome.entry.entry_id.decode())
+            client.armed = True  # the pool's first try fails as well
+            raise redis.exceptions.ConnectionError("Connection reset (injected)")
+        return await real(self, client_, outcome, *args)
+
+    BatchLoop._send_and_read = fails_once  # type: ignore[method-assign]
+    try:
+        await aredis.xadd(BATCHES, {keys.FIELD_DATA: batch("rides-with-read")})
+        got = await eventually(lambda: replies(aredis), lambda r: len(r) >= 1, within=10)
+        assert [(r.id, r.error_code) for r in got] == [("rides-with-read", "")]
+        assert await eventually(lambda: _pending(aredis), lambda n: n == 0, within=10) == 0
+        assert len(failed) == 1 and not client.armed  # both faults were met
+        await aredis.xadd(BATCHES, {keys.FIELD_DATA: batch("next")})
+        got = await eventually(lambda: replies(aredis), lambda r: len(r) >= 2, within=10)
+        assert [r.id for r in got] == ["rides-with-read", "next"]
+        await asyncio.sleep(1.0)  # time for a second execution, if one were coming
+        assert worker.backend.executed == ["rides-with-read", "next"]
+        stats = await aredis.hgetall(keys.stats(MODEL, VERSION))
+        assert stats[b"execution_count"] == b"2"
+    finally:
+        BatchLoop._send_and_read = real  # type: ignore[method-assign]
