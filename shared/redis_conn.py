@@ -268,6 +268,24 @@ def sync_client(url: str, *, name: str = "conch-sync") -> redis.Redis:
     )
 
 
+def sync_lazy_client(url: str, *, name: str) -> redis.Redis:
+    """A synchronous client with the same bounds that connects on its first command (its
+    pool's ``make_connection()`` gives a heartbeat a connection of its own,
+    ``shared.deferred_replies``). Single Redis only."""
+    options: dict[str, object] = {}
+    if not url.startswith("unix:"):
+        options["socket_keepalive"] = True
+    pool = redis.ConnectionPool.from_url(
+        url,
+        socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=5,
+        health_check_interval=HEALTH_CHECK_INTERVAL_S,
+        client_name=name,
+        **options,  # type: ignore[arg-type]
+    )
+    return redis.Redis(connection_pool=pool)
+
+
 async def pubsub(client: aioredis.Redis) -> aioredis.client.PubSub:
     """A pub/sub connection. On a cluster, classic pub/sub messages reach every node, so any
     node will do: one drawn at random (replicas included) spreads the subscribers; the client
