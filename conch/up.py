@@ -32,8 +32,9 @@ from shared import clock, cpu_budget, gpu, logs, repository
 from shared.errors import ConchError
 from shared.model_config import ModelConfig
 
-# The watch loop's safety net when nothing is starting: a child's exit wakes it at once.
-IDLE_WATCH_S = 5.0
+# Once every service serves, only a child's exit (SIGCHLD) or a stop wakes the watch; this is the
+# safety net, long enough that an idle `conch up` costs nothing (docs/performance.md).
+IDLE_WATCH_S = 60.0
 
 log = logging.getLogger("conch.up")
 

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shared import heartbeats, metrics, redis_cluster, redis_conn
+from shared import heartbeats, metrics, redis_cluster, redis_conn, ticks
 from shared.deferred_replies import DeferredPipeline, commands_of
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,8 @@ class HeartbeatThread:
         try:
             while not self._stop.is_set():
                 self.beat(client)
-                self._stop.wait(self._interval_s)
+                # On the mesh's shared boundaries (``shared.ticks``): with every other beat.
+                self._stop.wait(ticks.until_boundary_monotonic(self._interval_s))
         finally:
             with self.lock:  # the last beat lands before the service deregisters
                 self._deferred = None
