@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from gateway import heartbeat as gateway_heartbeat
-from shared import heartbeats, keys, redis_conn
+from shared import heartbeats, keys, readiness, redis_conn
 from shared.clock import now_ms
 from shared.deferred_replies import DeferredPipeline, commands_of
 from shared.heartbeat_thread import HeartbeatThread
@@ -192,3 +192,30 @@ async def test_the_gateway_beats_every_period_and_lands_its_last_beat(
     await heartbeats.deregister(aredis, "gateway", "deferred-gw")
     await asyncio.sleep(0.5)  # longer than the hop
     assert await aredis.zscore(registry, "deferred-gw") is None
+
+
+def test_a_workers_beats_keep_its_versions_ready(redis_url: str) -> None:
+    """The worker's heartbeat (registry and readiness marks in one pipeline, replies read a
+    period later) refreshes the readiness set every period of the contract (1 s)."""
+    check = redis.Redis.from_url(redis_url)
+    ready_key = keys.ready("deferred-model", 1)
+    thread = HeartbeatThread(
+        redis_url, "worker", "deferred-ready", ttl_ms=TTL_MS, interval_ms=1_000, info=lambda: {},
+        extra=lambda pipe: readiness.queue_ready(
+            pipe, "deferred-ready", {("deferred-model", 1): 2}, TTL_MS
+        ),
+    )  # fmt: skip
+    thread.start()
+    try:
+        seen: set[float] = set()
+
+        def advanced() -> bool:
+            seen.add(check.zscore(ready_key, "deferred-ready") or 0)
+            return len(seen) >= 4  # three refreshes after the first
+
+        _wait_until(advanced)
+        assert max(seen) > now_ms()  # ready: its mark expires in the future
+        assert check.hget(keys.instances("deferred-model", 1), "deferred-ready") == b"2"
+    finally:
+        thread.stop()
+        check.close()
