@@ -140,8 +140,12 @@ _PACKED = {
 # Seconds any one Redis reply may take. Above every blocking read's ``block`` (1 s at most) and
 # far above any command's own time; a half-open connection is given up after this.
 SOCKET_TIMEOUT_S = 5.0
-# A pooled connection idle longer than this is PINGed before its next command.
-HEALTH_CHECK_INTERVAL_S = 5
+# A pooled connection idle longer than this is PINGed before its next command. Longer than the
+# 10 s safety polls, refresh and RTT probes of an idle process: the connections they draw were
+# answered a period ago, and a PING before each would add a round trip (a wake of the process and
+# of Redis) to each of them (docs/performance.md, "An idle mesh"). A connection that died with
+# its server is replaced and the command sent again either way (``retry_on_error``).
+HEALTH_CHECK_INTERVAL_S = 15
 
 
 def _options(url: str, **kwargs: object) -> dict[str, object]:
