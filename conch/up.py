@@ -32,8 +32,7 @@ from shared import clock, cpu_budget, gpu, logs, repository
 from shared.errors import ConchError
 from shared.model_config import ModelConfig
 
-# Once every service serves, only a child's exit (SIGCHLD) or a stop wakes the watch; this is the
-# safety net, long enough that an idle `conch up` costs nothing (docs/performance.md).
+# The watch's safety net once all serve: a child's exit (SIGCHLD) or a stop wakes it at once.
 IDLE_WATCH_S = 60.0
 
 log = logging.getLogger("conch.up")

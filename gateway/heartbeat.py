@@ -15,8 +15,8 @@ import contextlib
 import logging
 from collections.abc import Mapping
 
-from shared import heartbeats, metrics, redis_cluster, redis_conn, ticks
-from shared.deferred_replies import DeferredPipeline, commands_of
+from shared import heartbeats, metrics, redis_cluster, ticks
+from shared.deferred_replies import DeferredPipeline, commands_of, lazy_client
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ async def beat_forever(
     if redis_cluster.is_cluster(redis_url):
         await _awaited_beats(awaited, service_id, info, ttl_ms, interval_s)
         return
-    client = redis_conn.sync_lazy_client(redis_url, name="conch-gateway-heartbeat")
+    client = lazy_client(redis_url, name="conch-gateway-heartbeat")
     deferred = DeferredPipeline(client.connection_pool.make_connection())
     try:
         while True:

@@ -140,11 +140,9 @@ _PACKED = {
 # Seconds any one Redis reply may take. Above every blocking read's ``block`` (1 s at most) and
 # far above any command's own time; a half-open connection is given up after this.
 SOCKET_TIMEOUT_S = 5.0
-# A pooled connection idle longer than this is PINGed before its next command. Longer than the
-# 10 s safety polls, refresh and RTT probes of an idle process: the connections they draw were
-# answered a period ago, and a PING before each would add a round trip (a wake of the process and
-# of Redis) to each of them (docs/performance.md, "An idle mesh"). A connection that died with
-# its server is replaced and the command sent again either way (``retry_on_error``).
+# A pooled connection idle longer than this is PINGed before its next command: longer than an
+# idle process's 10 s polls, whose connections would each add a PING's round trip (a wake of the
+# process and of Redis) every poll (docs/performance.md, "An idle mesh").
 HEALTH_CHECK_INTERVAL_S = 15
 
 
@@ -270,24 +268,6 @@ def sync_client(url: str, *, name: str = "conch-sync") -> redis.Redis:
         single_connection_client=True,
         **options,  # type: ignore[arg-type]
     )
-
-
-def sync_lazy_client(url: str, *, name: str) -> redis.Redis:
-    """A synchronous client with the same bounds that connects on its first command (its
-    pool's ``make_connection()`` gives a heartbeat a connection of its own,
-    ``shared.deferred_replies``). Single Redis only."""
-    options: dict[str, object] = {}
-    if not url.startswith("unix:"):
-        options["socket_keepalive"] = True
-    pool = redis.ConnectionPool.from_url(
-        url,
-        socket_timeout=SOCKET_TIMEOUT_S,
-        socket_connect_timeout=5,
-        health_check_interval=HEALTH_CHECK_INTERVAL_S,
-        client_name=name,
-        **options,  # type: ignore[arg-type]
-    )
-    return redis.Redis(connection_pool=pool)
 
 
 async def pubsub(client: aioredis.Redis) -> aioredis.client.PubSub:
