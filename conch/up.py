@@ -32,8 +32,8 @@ from shared import clock, cpu_budget, gpu, logs, repository
 from shared.errors import ConchError
 from shared.model_config import ModelConfig
 
-# The watch loop's safety net when nothing is starting: a child's exit wakes it at once.
-IDLE_WATCH_S = 5.0
+# The watch's safety net once all serve: a child's exit (SIGCHLD) or a stop wakes it at once.
+IDLE_WATCH_S = 60.0
 
 log = logging.getLogger("conch.up")
 

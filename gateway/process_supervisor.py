@@ -34,7 +34,7 @@ QUICK_DEATH_S = 10.0  # a process that dies sooner than this after starting coun
 # How often the watch looks without a signal: while a process starts (its status file says when
 # it serves) or waits out a back-off, and once every process serves.
 STARTING_LOOK_S = 0.1
-SETTLED_LOOK_S = 5.0
+SETTLED_LOOK_S = 60.0  # once all serve: a child's exit (SIGCHLD) wakes it; this is a safety net
 
 
 def backoff_s(failures: int) -> float:

@@ -15,6 +15,7 @@ import os
 import uuid
 
 from gateway import cancellation
+from gateway import heartbeat as gateway_heartbeat
 from gateway.admin_store import AdminStore
 from gateway.admission import Admission
 from gateway.auth import TenantTable
@@ -40,7 +41,6 @@ from shared import (
     log_settings,
     metrics,
     redis_conn,
-    ticks,
     tracing,
 )
 from shared.change_feed import ChangeFeed
@@ -169,15 +169,12 @@ class GatewayState:
     async def heartbeat(self) -> None:
         s = self.settings
         info = {"host": s.advertise_host, "port": str(s.http_port), "pid": str(os.getpid())}
-        while True:
-            try:
-                await heartbeats.heartbeat(self.redis, "gateway", self.id, info, s.heartbeat_ttl_ms)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                metrics.record_heartbeat("gateway", False)
-                log.exception("gateway heartbeat failed")
-            else:
-                metrics.record_heartbeat("gateway", True)
-            # On the process's shared boundaries (``shared.ticks``): one wake with uvicorn's tick.
-            await ticks.sleep_aligned(s.heartbeat_interval_ms / 1000)
+        # On the process's shared boundaries (``shared.ticks``): one wake with uvicorn's tick.
+        await gateway_heartbeat.beat_forever(
+            s.redis_url,
+            self.redis,
+            self.id,
+            info,
+            s.heartbeat_ttl_ms,
+            s.heartbeat_interval_ms / 1000,
+        )

@@ -6,6 +6,10 @@ batch, not a pool whose connections are all busy. The thread beats every interva
 pipeline (registry, plus whatever ``extra`` queues: a worker's readiness), bounded by the
 connection's socket timeout; only a frozen process (SIGSTOP, a machine out of CPU for seconds)
 stops it, and the *dead* bound that others wait for is well above that.
+
+On a single Redis a beat's replies are read at the next beat (``shared.deferred_replies``): the
+thread wakes once a period, not twice. ``lock`` reads the replies of the beat in flight before
+it is held, so that a service that takes it knows every beat computed before has landed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shared import heartbeats, metrics, redis_conn
+from shared import heartbeats, metrics, redis_cluster, redis_conn, ticks
+from shared.deferred_replies import DeferredPipeline, commands_of
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +46,11 @@ class HeartbeatThread:
         self._extra = extra
         self._stop = threading.Event()
         # Held while a beat is computed and sent: a service that stops announcing something
-        # takes it, so that no beat computed before lands after.
-        self.lock = threading.Lock()
+        # takes it, so that no beat computed before lands after (it reads the beat in flight's
+        # replies once held).
+        self._held = threading.Lock()
+        self.lock = _SettlingLock(self)
+        self._deferred: DeferredPipeline | None = None
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{kind}", daemon=True)
         self.beats = 0
 
@@ -56,24 +64,77 @@ class HeartbeatThread:
             self._thread.join(timeout_s)
 
     def _run(self) -> None:
-        client = redis_conn.sync_client(self._url, name=f"conch-{self._kind}-heartbeat")
+        name = f"conch-{self._kind}-heartbeat"
+        client = redis_conn.sync_client(self._url, name=name)
+        if not redis_cluster.is_cluster(self._url):
+            self._deferred = DeferredPipeline(client.connection)  # type: ignore[arg-type]
         try:
             while not self._stop.is_set():
                 self.beat(client)
-                self._stop.wait(self._interval_s)
+                # On the mesh's shared boundaries (``shared.ticks``): with every other beat.
+                self._stop.wait(ticks.until_boundary_monotonic(self._interval_s))
         finally:
+            with self.lock:  # the last beat lands before the service deregisters
+                self._deferred = None
             client.close()
 
     def beat(self, client: Any) -> None:
+        with self._held:
+            self._settle()
+            try:
+                with client.pipeline(transaction=False) as pipe:
+                    heartbeats.queue_heartbeat(
+                        pipe, self._kind, self._id, self._info(), self._ttl_ms
+                    )
+                    if self._extra is not None:
+                        self._extra(pipe)
+                    if self._deferred is not None:
+                        self._deferred.send(commands_of(pipe))  # read at the next beat
+                        return
+                    pipe.execute()
+            except Exception:
+                self._failed()
+            else:
+                self._landed()
+
+    def _settle(self) -> None:
+        """Read the replies of the beat in flight (under ``_held``)."""
+        if self._deferred is None:
+            return
         try:
-            with self.lock, client.pipeline(transaction=False) as pipe:
-                heartbeats.queue_heartbeat(pipe, self._kind, self._id, self._info(), self._ttl_ms)
-                if self._extra is not None:
-                    self._extra(pipe)
-                pipe.execute()
+            landed = self._deferred.settle()
         except Exception:
-            metrics.record_heartbeat(self._kind, False)
-            log.exception("heartbeat failed", extra={"service": self._id})
+            self._failed()
         else:
-            self.beats += 1
-            metrics.record_heartbeat(self._kind, True)
+            if landed:
+                self._landed()
+
+    def _landed(self) -> None:
+        self.beats += 1
+        metrics.record_heartbeat(self._kind, True)
+
+    def _failed(self) -> None:
+        metrics.record_heartbeat(self._kind, False)
+        log.exception("heartbeat failed", extra={"service": self._id})
+
+
+class _SettlingLock:
+    """The heartbeat's lock, as services take it: once held, the beat in flight has landed."""
+
+    def __init__(self, thread: HeartbeatThread):
+        self._thread = thread
+
+    def acquire(self) -> bool:
+        self._thread._held.acquire()
+        self._thread._settle()
+        return True
+
+    def release(self) -> None:
+        self._thread._held.release()
+
+    def __enter__(self) -> _SettlingLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

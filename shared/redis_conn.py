@@ -140,8 +140,10 @@ _PACKED = {
 # Seconds any one Redis reply may take. Above every blocking read's ``block`` (1 s at most) and
 # far above any command's own time; a half-open connection is given up after this.
 SOCKET_TIMEOUT_S = 5.0
-# A pooled connection idle longer than this is PINGed before its next command.
-HEALTH_CHECK_INTERVAL_S = 5
+# A pooled connection idle longer than this is PINGed before its next command: longer than an
+# idle process's 10 s polls, whose connections would each add a PING's round trip (a wake of the
+# process and of Redis) every poll (docs/performance.md, "An idle mesh").
+HEALTH_CHECK_INTERVAL_S = 15
 
 
 def _options(url: str, **kwargs: object) -> dict[str, object]:
