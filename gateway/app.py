@@ -29,7 +29,7 @@ from gateway.settings_routes import settings_router
 from gateway.shared_memory_routes import shared_memory_router
 from gateway.state import GatewayState
 from gateway.stream_routes import generate, generate_stream, infer_events
-from shared import logs, metrics, tracing
+from shared import gc_tuning, logs, metrics, tracing
 
 log = logging.getLogger(__name__)
 _json = msgspec.json.Encoder()
@@ -151,6 +151,7 @@ def create_app(settings: GatewaySettings, process: GatewayProcess | None = None)
         grpc_server = None
         if settings.grpc_port and (process is None or process.serves_grpc):
             grpc_server = await grpc_service.start(state, settings.host, settings.grpc_port)
+        gc_tuning.settle(settings.gc_young_threshold)
         state.readiness.start_accepting()
         log.info("gateway process ready", extra={"gateway": state.id, "port": settings.http_port})
         try:

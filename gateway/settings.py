@@ -54,6 +54,9 @@ class GatewaySettings(Settings, kw_only=True):
     grpc_port: int = 0
     # Answer POST .../infer straight from ASGI rather than through Litestar's routing.
     infer_fast_path: bool = True
+    # The young generation's threshold of the garbage collector, set (with everything alive
+    # at start-up frozen) once the process is ready (``shared/gc_tuning.py``); 0: Python's own.
+    gc_young_threshold: int = 20_000
     # Admin API (/v2/admin/...) bearer token; empty: the admin API is off.
     admin_token: str = ""
     # Inference without an API key (as the anonymous tenant when one is defined).

@@ -33,20 +33,19 @@ class CoalescedScript:
         self._flushing: set[asyncio.Task[None]] = set()
 
     async def __call__(self, keys: Sequence[str], args: Sequence[object]) -> Any:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending.append((keys, args, future))
         if len(self._pending) == 1:
-            loop.call_soon(self._start_flush)
+            # The task's first step runs in the loop's next turn, after every request of this
+            # turn has added its call: it takes them all (a callback that then started the
+            # task would cost one more turn before the write).
+            task = asyncio.ensure_future(self._flush())
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
         return await future
 
-    def _start_flush(self) -> None:
+    async def _flush(self) -> None:
         batch, self._pending = self._pending, []
-        task = asyncio.ensure_future(self._flush(batch))
-        self._flushing.add(task)
-        task.add_done_callback(self._flushing.discard)
-
-    async def _flush(self, batch: list[Call]) -> None:
         try:
             results = await self._run(batch)
         except Exception as exc:

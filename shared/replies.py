@@ -81,6 +81,10 @@ class ReplyRouter:
                     for entry_id, fields in messages:
                         last_id = entry_id
                         self._resolve(fields.get(keys.FIELD_DATA))
+                if reply:
+                    # The requests just resolved answer their clients first; the next read
+                    # (a command to write, a system call that wakes Redis) waits one turn.
+                    await asyncio.sleep(0)
         finally:
             try:
                 await client.delete(self.stream)

@@ -208,6 +208,31 @@ async def test_coalesced_calls_share_a_pipeline_and_survive_a_script_flush(aredi
     assert await aredis.xlen(STREAM) == 30
 
 
+async def test_the_calls_of_one_loop_turn_go_out_as_one_pipeline(aredis) -> None:
+    """Requests that reach the admission in the same turn of the loop cost one write to Redis;
+    a lone one later is sent on its own without waiting for company."""
+    await ready_worker(aredis)
+    script = CoalescedScript(aredis, ENQUEUE_LUA)
+    sizes: list[int] = []
+    send = script._pipeline
+
+    async def counted(batch):  # type: ignore[no-untyped-def]
+        sizes.append(len(batch))
+        return await send(batch)
+
+    script._pipeline = counted  # type: ignore[method-assign]
+
+    def call(n: int):  # type: ignore[no-untyped-def]
+        return script(
+            [READY, STREAM, keys.admitted(MODEL, f"t{n}")],
+            [clock.now_ms(), 30, *payload(n), 10_000],
+        )
+
+    assert await asyncio.gather(*(call(n) for n in range(20))) == [1] * 20
+    assert await call(20) == 1
+    assert sizes == [20, 1]
+
+
 # --- issue 12: generous liveness, idempotent admission -----------------------------------------
 
 
