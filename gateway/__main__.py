@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -20,7 +21,7 @@ from gateway.settings import GatewaySettings, graceful_shutdown_s
 from shared import cpu_budget, logs
 from shared.errors import ConchError
 from shared.exits import EXIT_FINAL
-from shared.listen import PortError, bind_listener, check_free
+from shared.listen import PortError, bind_listener_group, check_free
 
 log = logging.getLogger("gateway.supervisor")
 
@@ -62,7 +63,9 @@ def main() -> None:
     try:
         if settings.grpc_port:
             check_free(settings.host, settings.grpc_port, "gRPC", "CONCH_GATEWAY_GRPC_PORT")
-        sock = bind_listener(settings.host, settings.http_port, "HTTP", "CONCH_GATEWAY_HTTP_PORT")
+        socks = bind_listener_group(
+            settings.host, settings.http_port, count, "HTTP", "CONCH_GATEWAY_HTTP_PORT"
+        )
     except PortError as exc:
         print(f"conch gateway: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_FINAL) from None
@@ -74,19 +77,23 @@ def main() -> None:
     status = ProcessStatus.create(count)
     try:
         code = GatewayProcesses(
-            sock.fileno(),
-            count,
+            [sock.fileno() for sock in socks],
             status,
             settings.start_attempts,
             graceful_shutdown_s(settings),
-            sock.close,
+            lambda: _close(socks),
         ).run()
     finally:
-        sock.close()
+        _close(socks)
         status.close(remove=True)
         if ours:
             shutil.rmtree(path, ignore_errors=True)
     raise SystemExit(code)
+
+
+def _close(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        sock.close()
 
 
 if __name__ == "__main__":
