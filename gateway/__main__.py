@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -21,7 +20,7 @@ from gateway.settings import GatewaySettings, graceful_shutdown_s
 from shared import cpu_budget, logs
 from shared.errors import ConchError
 from shared.exits import EXIT_FINAL
-from shared.listen import PortError, bind_listener_group, check_free
+from shared.listen import PortError, bind_listener, check_free
 
 log = logging.getLogger("gateway.supervisor")
 
@@ -63,9 +62,7 @@ def main() -> None:
     try:
         if settings.grpc_port:
             check_free(settings.host, settings.grpc_port, "gRPC", "CONCH_GATEWAY_GRPC_PORT")
-        socks = bind_listener_group(
-            settings.host, settings.http_port, count, "HTTP", "CONCH_GATEWAY_HTTP_PORT"
-        )
+        sock = bind_listener(settings.host, settings.http_port, "HTTP", "CONCH_GATEWAY_HTTP_PORT")
     except PortError as exc:
         print(f"conch gateway: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_FINAL) from None
@@ -77,23 +74,19 @@ def main() -> None:
     status = ProcessStatus.create(count)
     try:
         code = GatewayProcesses(
-            [sock.fileno() for sock in socks],
+            sock.fileno(),
+            count,
             status,
             settings.start_attempts,
             graceful_shutdown_s(settings),
-            lambda: _close(socks),
+            sock.close,
         ).run()
     finally:
-        _close(socks)
+        sock.close()
         status.close(remove=True)
         if ours:
             shutil.rmtree(path, ignore_errors=True)
     raise SystemExit(code)
-
-
-def _close(socks: list[socket.socket]) -> None:
-    for sock in socks:
-        sock.close()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,7 @@
 """The gateway service's own supervisor: bind the port once, run N processes on it, watch them.
 
-The HTTP port is bound here, exclusively (``shared.listen``): one socket per process in a
-``SO_REUSEPORT`` group, so that the kernel spreads the connections evenly between the processes;
-each process serves its socket by inheriting it, and a restarted process inherits the same one
-(connections that arrived meanwhile wait in its backlog). A port that is taken stops the service
-at once with the holder's name.
+The HTTP port is bound here, exclusively (``shared.listen``), and each process serves that socket
+by inheriting it; a port that is taken stops the service at once with the holder's name.
 A process that exits before it accepted connections has failed to start: it is started again
 after a back-off (0.5 s, doubling, at most 10 s), and after ``start_attempts`` such failures in a
 row the service stops every process and exits with ``EXIT_FINAL``, so a broken install prints a
@@ -58,13 +55,14 @@ class _Slot:
 class GatewayProcesses:
     def __init__(
         self,
-        fds: list[int],
+        fd: int,
+        count: int,
         status: ProcessStatus,
         start_attempts: int,
         graceful_s: float = 35.0,
         stop_listening: Callable[[], None] = lambda: None,
     ):
-        self._fds = fds  # the listening socket of each process, by index
+        self._fd = fd
         # Stopping closes this process's copy of the listening socket, so that once the
         # processes have closed theirs a new caller is refused (and retried elsewhere by the
         # edge) instead of waiting in the backlog of a gateway that is going away.
@@ -72,7 +70,7 @@ class GatewayProcesses:
         self._grace_s = graceful_s + KILL_AFTER_GRACE_S
         self._status = status
         self._attempts = max(1, start_attempts)
-        self._slots = [_Slot(i) for i in range(len(fds))]
+        self._slots = [_Slot(i) for i in range(count)]
         self._start_failures = 0  # processes that failed before serving, in a row (any slot)
         self._stopping = False
 
@@ -114,7 +112,7 @@ class GatewayProcesses:
             "-m",
             "gateway.process",
             "--fd",
-            str(self._fds[slot.index]),
+            str(self._fd),
             "--index",
             str(slot.index),
             "--count",
@@ -127,7 +125,7 @@ class GatewayProcesses:
 
     def _start(self, slot: _Slot) -> None:
         self._status.set(slot.index, STARTING)
-        slot.process = subprocess.Popen(self._argv(slot), pass_fds=(self._fds[slot.index],))
+        slot.process = subprocess.Popen(self._argv(slot), pass_fds=(self._fd,))
         slot.started = time.monotonic()
         slot.served = False
         slot.next_start = 0.0

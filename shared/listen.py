@@ -6,13 +6,7 @@ second mesh (or an HTTP server and a gRPC server given the same number) would sh
 silently. ``SO_REUSEADDR`` is still set: on Linux it only lets a restarted server bind over the
 ``TIME_WAIT`` connections of its previous run, never over a live listener.
 
-Processes of one service share a port either by inheriting one socket (``bind_listener``) or,
-where the kernel should spread the connections evenly between them, by one socket each in a
-``SO_REUSEPORT`` group that the service binds itself and checks is its own
-(``bind_listener_group``): with one shared socket, whichever process wakes first accepts every
-waiting connection (uvloop accepts until the backlog is empty), and a closed-loop client's 64
-connections were measured splitting 10/54 between two gateway processes, the busier one the
-mesh's bottleneck while the other idled.
+Processes of one service share a port by inheriting the socket bound here (``bind_listener``).
 When a port is taken, :func:`holder` names the process listening on it where ``/proc`` tells.
 """
 
@@ -84,43 +78,6 @@ def bind_listener(
         raise port_error(exc, port, what, setting) from exc
     sock.set_inheritable(True)
     return sock
-
-
-def bind_listener_group(
-    host: str, port: int, count: int, what: str, setting: str, backlog: int = 2048
-) -> list[socket.socket]:
-    """``count`` listening sockets on one port, one per process, between which the kernel
-    spreads new connections (``SO_REUSEPORT``: by a hash of each connection's addresses).
-
-    Still exclusive: the port must be free first (a bind without ``SO_REUSEPORT`` fails on any
-    listener), and after binding, every listener on the port must be one of these (another
-    process of the same user that joined the group in between is named and refused). Port 0
-    picks one free port for all of them. One socket: :func:`bind_listener`.
-    """
-    if count <= 1:
-        return [bind_listener(host, port, what, setting, backlog)]
-    check_free(host, port, what, setting)
-    group: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(_family(host), socket.SOCK_STREAM)
-            group.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind((host, port))
-            port = sock.getsockname()[1]
-            sock.listen(backlog)
-            sock.set_inheritable(True)
-    except OSError as exc:
-        for sock in group:
-            sock.close()
-        raise port_error(exc, port, what, setting) from exc
-    ours = {str(os.fstat(sock.fileno()).st_ino) for sock in group}
-    if listening_inodes(port) - ours:
-        for sock in group:
-            sock.close()
-        raise PortInUse(port, what, setting, holder(port))
-    return group
 
 
 def check_free(host: str, port: int, what: str, setting: str) -> None:

@@ -11,15 +11,7 @@ import pytest
 
 from conch.port_plan import clash, ports_of
 from conch.ports import free_port
-from shared.listen import (
-    PortError,
-    PortInUse,
-    bind_listener,
-    bind_listener_group,
-    check_free,
-    holder,
-    listening_inodes,
-)
+from shared.listen import PortError, PortInUse, bind_listener, check_free, holder, listening_inodes
 
 
 def _args(**overrides: object) -> argparse.Namespace:
@@ -53,61 +45,6 @@ def test_a_bound_listener_cannot_be_joined_even_with_so_reuseport() -> None:
     message = str(taken.value)
     assert message.startswith(f"port {port} (gRPC) is already in use by pid {os.getpid()} (")
     assert message.endswith("; choose another port with --grpc-port")
-
-
-def _accepted(group: list[socket.socket], connections: int) -> list[int]:
-    """Open ``connections`` client connections to the group's port; how many each socket got."""
-    port = group[0].getsockname()[1]
-    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(connections)]
-    counts = []
-    for sock in group:
-        sock.setblocking(False)
-        got = 0
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except BlockingIOError:
-                break
-            conn.close()
-            got += 1
-        counts.append(got)
-    for client in clients:
-        client.close()
-    return counts
-
-
-def test_a_listener_group_spreads_connections_between_its_processes_sockets() -> None:
-    """One socket shared by two processes let one of them take 54 of 64 connections; a group
-    gives each process its own socket and the kernel spreads the connections by their hash."""
-    group = bind_listener_group("127.0.0.1", 0, 2, "HTTP", "--http-port")
-    try:
-        assert len({sock.getsockname()[1] for sock in group}) == 1  # one port for all
-        assert all(sock.get_inheritable() for sock in group)
-        counts = _accepted(group, 64)
-    finally:
-        for sock in group:
-            sock.close()
-    assert sum(counts) == 64
-    assert min(counts) >= 16, counts  # a hash split: 32 each on average, never one-sided
-
-
-def test_a_listener_group_is_as_exclusive_as_one_socket() -> None:
-    group = bind_listener_group("127.0.0.1", 0, 2, "HTTP", "--http-port")
-    port = group[0].getsockname()[1]
-    try:
-        with pytest.raises(PortInUse) as taken:  # a second mesh's group on the same port
-            bind_listener_group("127.0.0.1", port, 2, "HTTP", "--http-port")
-        assert str(os.getpid()) in str(taken.value)
-        with pytest.raises(PortInUse):
-            bind_listener("127.0.0.1", port, "gRPC", "--grpc-port")
-    finally:
-        for sock in group:
-            sock.close()
-    with socket.socket() as held:  # and a port held by anyone refuses the group
-        held.bind(("127.0.0.1", 0))
-        held.listen()
-        with pytest.raises(PortInUse):
-            bind_listener_group("127.0.0.1", held.getsockname()[1], 2, "HTTP", "--http-port")
 
 
 def test_check_free_names_the_holder_and_leaves_a_free_port_free() -> None:
