@@ -18,6 +18,7 @@ from pathlib import Path
 
 from shared import (
     cancel_listener,
+    gc_tuning,
     heartbeats,
     log_settings,
     metrics,
@@ -122,6 +123,7 @@ class WorkerService:
                 ),
                 cancels,
             ]
+            gc_tuning.settle(self.settings.gc_young_threshold)
             self.ready.set()
             log.info(
                 "worker ready",
