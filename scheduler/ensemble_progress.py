@@ -55,6 +55,8 @@ class Action:
     submit: list[tuple[Step, Prepared]] = field(default_factory=list)
     answer: Reply | None = None
     counters: dict[str, int] = field(default_factory=dict)
+    # The children (``c:<step>``) are written by a script of the same pipeline (START, STEP).
+    marked: bool = False
 
 
 class EnsembleProgress:
@@ -182,41 +184,63 @@ class EnsembleProgress:
         """Write the actions in one pipeline (then ``after``'s commands), and answer with an
         error the requests whose step admission refused."""
         while actions or after is not None:
-            now = int(time.time() * 1000)
-            spans: list[tuple[Action, int, int]] = []
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for action in actions:
-                    start = len(pipe)
-                    self._queue(pipe, action, now)
-                    spans.append((action, start, len(pipe)))
-                if after is not None:
-                    after(pipe)
-                    after = None
-                results = await pipe.execute()
-            actions = [
-                follow
-                for action, start, end in spans
-                if (follow := self._settle(action, results[start:end])) is not None
-            ]
+            actions, _, _ = await self.write(actions, after=after)
+            after = None
 
-    def _queue(self, pipe: Pipeline, action: Action, now: int) -> None:
+    async def write(
+        self,
+        actions: list[Action],
+        before: Callable[[Pipeline], None] | None = None,
+        after: Callable[[Pipeline], None] | None = None,
+    ) -> tuple[list[Action], list[object], list[object]]:
+        """One pipeline: ``before``'s commands, every action (the steps' admissions, then the
+        answers and one FINISH for all of them), then ``after``'s commands. Returns the
+        follow-ups (error answers for refused admissions) and the results of ``before``'s and
+        ``after``'s commands."""
+        now = int(time.time() * 1000)
+        spans: list[tuple[Action, int]] = []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            if before is not None:
+                before(pipe)
+            head = len(pipe)
+            for action in actions:
+                spans.append((action, len(pipe)))
+                self._queue_submit(pipe, action)
+            answered = [action for action in actions if action.answer is not None]
+            finish_at = self._queue_answers(pipe, answered, now) if answered else -1
+            tail = len(pipe)
+            if after is not None:
+                after(pipe)
+            results = await pipe.execute()
+        finished = iter(results[finish_at] if answered else ())  # type: ignore[call-overload]
+        follow_ups = []
+        for action, start in spans:
+            if action.answer is not None:
+                self._settle_answer(action, int(next(finished)))
+                continue
+            admitted = results[start : start + len(action.submit)]
+            if (follow := self._settle(action, admitted)) is not None:
+                follow_ups.append(follow)
+        return follow_ups, results[:head], results[tail:]
+
+    def _queue_submit(self, pipe: Pipeline, action: Action) -> None:
         for _, prepared in action.submit:
             queue_admission(pipe, prepared)
-        if action.submit:  # the children: the cancel tree's hook, and "already submitted"
-            children = {f"c:{s.index}": _child(action.request.id, s) for s, _ in action.submit}
-            pipe.hset(self.state_key(action.request.id), mapping=children)
-        if action.answer is not None:  # publish, then delete the state and ack the entry
-            queue_replies(pipe, [(action.request.reply_to, action.answer)])
+        if action.submit and not action.marked:  # the children: the cancel tree's hook
+            pipe.hset(self.state_key(action.request.id), mapping=children_of(action))
+
+    def _queue_answers(self, pipe: Pipeline, answered: list[Action], now: int) -> int:
+        """Publish every answer, then one FINISH for all (deletes the states, acks the entries,
+        adds the statistics). Returns FINISH's index in the pipeline."""
+        queue_replies(pipe, [(a.request.reply_to, a.answer) for a in answered])  # type: ignore[misc]
+        finished = []
+        for action in answered:
             stream, _, entry_id = action.state.get(b"entry", b"|").decode().rpartition("|")
-            scripts.queue_finish(
-                pipe,
-                self.state_key(action.request.id),
-                stream,
-                entry_id,
-                self.stats_key,
-                action.counters,
-                now,
-            )
+            state_key = self.state_key(action.request.id)
+            finished.append((state_key, stream, entry_id, action.counters))
+        at = len(pipe)
+        scripts.queue_finish(pipe, self.stats_key, finished, now)
+        return at
 
     def _settle(self, action: Action, results: list[object]) -> Action | None:
         """The request's follow-up: an error answer when a step's admission refused."""
@@ -228,15 +252,21 @@ class EnsembleProgress:
             except ConchError as exc:
                 message = f"in ensemble '{self.model}', {step.label}: {exc}"
                 return self.failure(action.request, action.state, exc.code, message)
-        if action.answer is not None:
-            if self._on_finished is not None:
-                self._on_finished(action.request.id)
-            if int(results[-1]):  # type: ignore[call-overload]
-                if action.answer.error_code:
-                    metrics.record_failures(self.model, self.version, metrics.OTHER)
-                else:
-                    metrics.record_batch(self.model, self.version, action.counters)
         return None
+
+    def _settle_answer(self, action: Action, finished_here: int) -> None:
+        if self._on_finished is not None:
+            self._on_finished(action.request.id)
+        if finished_here and action.answer is not None:
+            if action.answer.error_code:
+                metrics.record_failures(self.model, self.version, metrics.OTHER)
+            else:
+                metrics.record_batch(self.model, self.version, action.counters)
+
+
+def children_of(action: Action) -> dict[str, str]:
+    """The state's fields for the steps an action submits (``c:<step>``: their request ids)."""
+    return {f"c:{step.index}": _child(action.request.id, step) for step, _ in action.submit}
 
 
 def _renamed(tensor: Tensor, name: str) -> Tensor:
