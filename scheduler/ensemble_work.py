@@ -65,6 +65,9 @@ class EnsembleWork:
             if action is not None and action.submit:
                 action.marked = True
                 state.update(_encoded(children_of(action)))
+            if action is None or action.answer is None:
+                # Known before the write: a step's reply may come in before the write returns.
+                self.known.put(request, state, now)
             planned.append((request, state, action))
 
         def before(pipe: Pipeline) -> None:
@@ -83,19 +86,17 @@ class EnsembleWork:
 
         actions = [action for _, _, action in planned if action is not None]
         follow_ups, started, _ = await progress.write(actions, before=before)
-        for (request, state, action), result in zip(planned, started, strict=True):
+        for (request, _, action), result in zip(planned, started, strict=True):
             if isinstance(result, Exception):
                 raise result
             if not isinstance(result, list):  # fresh: the state is what was planned
-                if action is None or action.answer is None:
-                    self.known.put(request, state, now)
                 continue
-            whole = scripts.parse_state(result)  # resumed: plan again from its state
+            # Resumed: START wrote nothing (not the children either); plan again from the state.
+            self.known.drop(request.id)
+            whole = scripts.parse_state(result)
             if whole is None or (action is not None and action.answer is not None):
                 continue
-            again = progress.plan(request, self.known.merged(request, whole, now), now)
-            if again is not None:
-                follow_ups.append(again)
+            self._plan_again(request, whole, now, follow_ups)
         await progress.apply(follow_ups)
 
     async def step_replies(self, entries: list[streams.Entry], now: int) -> None:
@@ -163,11 +164,10 @@ class EnsembleWork:
                 if whole is None:
                     continue
                 request = envelope.decode_request(whole[b"req"])
-                state = known.merged(request, whole, now)
                 if reply.error_code:
-                    follow_ups.append(self._failed(request, state, step, reply))
-                elif (action := progress.plan(request, state, now)) is not None:
-                    follow_ups.append(action)
+                    follow_ups.append(self._failed(request, whole, step, reply))
+                else:
+                    self._plan_again(request, whole, now, follow_ups)
             if not clean:
                 unacked.append(entry_id)
 
@@ -177,6 +177,18 @@ class EnsembleWork:
 
         if follow_ups or unacked:
             await progress.apply(follow_ups, after=ack if unacked else None)
+
+    def _plan_again(
+        self, request: InferRequest, whole: dict[bytes, bytes], now: int, into: list[Action]
+    ) -> None:
+        """Plan from the state a script answered (with what this scheduler's writes in flight
+        add to it); the children of what it submits are known at once."""
+        state = self.known.merged(request, whole, now)
+        action = self.progress.plan(request, state, now)
+        if action is not None:
+            if action.submit:
+                state.update(_encoded(children_of(action)))
+            into.append(action)
 
     def _replies(self, entry: streams.Entry) -> list[Reply]:
         payload = entry.fields.get(keys.FIELD_DATA)
