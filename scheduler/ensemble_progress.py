@@ -1,8 +1,10 @@
 """Advancing ensemble requests from their state in Redis: submit the runnable steps, or finish.
 
-Every decision starts from the state the scripts of ``scheduler.ensemble_scripts`` returned,
-never from memory, so any scheduler replica may advance any request: the one that read it, the
-one that received a step's reply, or the one that reclaimed it from a dead scheduler. Submitting
+Every decision starts from a state that is in Redis (or on its way there in the same pipeline):
+what the scripts of ``scheduler.ensemble_scripts`` returned, or the copy of it this scheduler
+keeps (``scheduler.ensemble_known``), which STEP checks against Redis. So any scheduler replica
+may advance any request: the one that read it, the one that received a step's reply, or the one
+that reclaimed it from a dead scheduler. Submitting
 a step twice queues it once (the admission script keeps the child request id until the
 deadline), and finishing twice answers once (the FINISH script deletes the state first).
 
@@ -13,8 +15,8 @@ ensemble's step stream (``keys.ensemble_steps``); the child request id is ``<req
 and is recorded in the state (``c:<step>``) so that cancelling the parent can reach it.
 
 The work of many requests (the replies of one batch of steps) is planned first and written in
-one pipeline: every step's admission, the children's marks, the answers and FINISH scripts, and
-the caller's own commands (the step replies' ack) after them.
+one pipeline (``write``): the caller's commands (START), every step's admission, the answers and
+one FINISH for all of them, then the caller's commands again (STEP, the step replies' ack).
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ class EnsembleProgress:
             config,
             version,
             request_id=_child(request.id, step),
-            inputs=[_renamed(tensors[tensor], name) for name, tensor in step.input_map.items()],
+            inputs=[renamed(tensors[tensor], name) for name, tensor in step.input_map.items()],
             outputs=list(step.output_map),
             parameters=request.parameters,
             reply_to=self.steps_stream,
@@ -269,29 +271,12 @@ def children_of(action: Action) -> dict[str, str]:
     return {f"c:{step.index}": _child(action.request.id, step) for step, _ in action.submit}
 
 
-def _renamed(tensor: Tensor, name: str) -> Tensor:
+def renamed(tensor: Tensor, name: str) -> Tensor:
     return Tensor(name, tensor.datatype, tensor.shape, tensor.data)
 
 
 def _child(request_id: str, step: Step) -> str:
     return f"{request_id}.{step.index}"
-
-
-def parse_child(child_id: str) -> tuple[str, int] | None:
-    """(parent request id, step index) of a step's request id."""
-    parent, _, index = child_id.rpartition(".")
-    return (parent, int(index)) if parent and index.isdigit() else None
-
-
-def recorded(step: Step, reply: Reply) -> list[tuple[str, bytes]]:
-    """A step's outputs under their ensemble names, encoded for RECORD."""
-    if reply.error_code:
-        return []
-    return [
-        (name, envelope.encode(_renamed(tensor, name)))
-        for tensor in reply.outputs
-        if (name := step.output_map.get(tensor.name)) is not None
-    ]
 
 
 def _done(state: State) -> set[int]:

@@ -7,12 +7,13 @@ The intake hands it what it reads from two kinds of streams of the ensemble's sl
   (FINISH acks it, whoever finishes): if this scheduler dies, a live one reclaims the entry after
   the dead bound and resumes the request from its state (steps already submitted are not
   submitted twice). The owner answers a request whose deadline passed;
-- the ensemble's step stream (``keys.ensemble_steps``), read by the schedulers' group: a step's
-  reply is recorded (RECORD), the steps it made runnable are submitted, and only then is the
-  reply's entry acked, so that one dying in between leaves it for a live scheduler.
+- the ensemble's step stream (``keys.ensemble_steps``), read by the schedulers' group: the steps
+  a reply made runnable are submitted, then the reply is recorded and its entry acked (STEP), in
+  one pipeline, so that one dying in between leaves it for a live scheduler.
 
 It has the interface the intake and the service expect of a queue (``add``, ``holds``,
-``update``, ``retire``, ``run``...). Progress itself is in ``scheduler.ensemble_progress``.
+``update``, ``retire``, ``run``...). The work is in ``scheduler.ensemble_work``, the planning in
+``scheduler.ensemble_progress``.
 """
 
 from __future__ import annotations
@@ -117,19 +118,22 @@ class EnsembleRunner:
         self._soon()
 
     def _soon(self) -> None:
-        """What one read brought is written together: one pipeline per stage for all of it."""
+        """What one read brought is written together: one pipeline per stage for all of it. The
+        task starts when the intake yields after accepting the read (before its next read)."""
         if not self._flush_due:
             self._flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._spawn(self._flush(), "flush")
 
-    def _flush(self) -> None:
+    async def _flush(self) -> None:
         self._flush_due = False
-        if self._arrivals:
-            arrivals, self._arrivals = self._arrivals, []
+        arrivals, self._arrivals = self._arrivals, []
+        entries, self._replies = self._replies, []
+        if arrivals and entries:
             self._spawn(self._start(arrivals), "start")
-        if self._replies:
-            entries, self._replies = self._replies, []
-            self._spawn(self._step_replies(entries), "steps")
+        elif arrivals:
+            await self._start(arrivals)
+        if entries:
+            await self._step_replies(entries)
 
     async def retire(self, reason: str) -> None:
         """Answer every request this scheduler owns with an error (its version is unloaded)."""

@@ -28,8 +28,7 @@ from scheduler.ensemble_progress import (
     Action,
     EnsembleProgress,
     children_of,
-    parse_child,
-    recorded,
+    renamed,
 )
 from shared import envelope, keys, streams
 from shared.ensemble_graph import Step
@@ -216,3 +215,20 @@ class EnsembleWork:
 
 def _encoded(fields: dict[str, str]) -> dict[bytes, bytes]:
     return {name.encode(): value.encode() for name, value in fields.items()}
+
+
+def parse_child(child_id: str) -> tuple[str, int] | None:
+    """(parent request id, step index) of a step's request id."""
+    parent, _, index = child_id.rpartition(".")
+    return (parent, int(index)) if parent and index.isdigit() else None
+
+
+def recorded(step: Step, reply: Reply) -> list[tuple[str, bytes]]:
+    """A step's outputs under their ensemble names, encoded for STEP."""
+    if reply.error_code:
+        return []
+    return [
+        (name, envelope.encode(renamed(tensor, name)))
+        for tensor in reply.outputs
+        if (name := step.output_map.get(tensor.name)) is not None
+    ]
