@@ -73,7 +73,7 @@ class EnsembleProgress:
         on_finished: Callable[[str], None] | None = None,
         direct: bool = True,
     ):
-        self._redis = r
+        self.redis = r
         self._on_finished = on_finished
         self.config = config
         self.model = config.name
@@ -201,7 +201,7 @@ class EnsembleProgress:
         ``after``'s commands."""
         now = int(time.time() * 1000)
         spans: list[tuple[Action, int]] = []
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             if before is not None:
                 before(pipe)
             head = len(pipe)

@@ -5,11 +5,13 @@ Both plan from what the scheduler knows of each request (``scheduler.ensemble_kn
 writing, so that the writes that make a step's progress go together, in this order:
 
 - new requests: START (the state, with the children of the first steps), then the first steps'
-  admissions (the state exists before any step can answer);
+  admissions (the state exists before any step can answer; on Redis Cluster, where a pipeline's
+  parts on different nodes run in no set order, START is a round trip of its own first);
 - step replies: the next steps' admissions, the answers and one FINISH for the requests done,
   then one STEP per step-stream entry (records the replies' outputs and the children, acks the
   entry). The entry is acked after the admissions it caused: a scheduler that dies in between
-  leaves it pending for a live one.
+  leaves it pending for a live one. Should a next step answer before its predecessor's STEP ran,
+  whichever STEP runs second sees a state it did not expect and plans again from it.
 
 When a script answers a state the plan did not know (a request resumed from a dead scheduler,
 a parallel branch recorded by another scheduler, a request this scheduler never saw), the runner
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 
+import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 
 from scheduler import ensemble_scripts as scripts
@@ -51,6 +54,9 @@ class EnsembleWork:
         self.known = known
         self.model = progress.model
         self.steps_stream = progress.steps_stream
+        # On Redis Cluster the admissions (the composing models' slots) and START (the
+        # ensemble's) are on different nodes, whose parts of one pipeline run in no set order.
+        self._cluster = isinstance(progress.redis, aioredis.RedisCluster)
 
     async def start(self, arrivals: list[Arrival], now: int) -> None:
         """START every request (a resumed one answers its state), with its first steps."""
@@ -84,7 +90,11 @@ class EnsembleWork:
                 )
 
         actions = [action for _, _, action in planned if action is not None]
-        follow_ups, started, _ = await progress.write(actions, before=before)
+        if self._cluster:  # a cluster pipeline runs each node's part apart: START goes first
+            _, started, _ = await progress.write([], before=before)
+            follow_ups, _, _ = await progress.write(actions)
+        else:
+            follow_ups, started, _ = await progress.write(actions, before=before)
         for (request, _, action), result in zip(planned, started, strict=True):
             if isinstance(result, Exception):
                 raise result
