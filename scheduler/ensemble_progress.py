@@ -1,8 +1,10 @@
 """Advancing ensemble requests from their state in Redis: submit the runnable steps, or finish.
 
-Every decision starts from the state the scripts of ``scheduler.ensemble_scripts`` returned,
-never from memory, so any scheduler replica may advance any request: the one that read it, the
-one that received a step's reply, or the one that reclaimed it from a dead scheduler. Submitting
+Every decision starts from a state that is in Redis (or on its way there in the same pipeline):
+what the scripts of ``scheduler.ensemble_scripts`` returned, or the copy of it this scheduler
+keeps (``scheduler.ensemble_known``), which STEP checks against Redis. So any scheduler replica
+may advance any request: the one that read it, the one that received a step's reply, or the one
+that reclaimed it from a dead scheduler. Submitting
 a step twice queues it once (the admission script keeps the child request id until the
 deadline), and finishing twice answers once (the FINISH script deletes the state first).
 
@@ -13,8 +15,8 @@ ensemble's step stream (``keys.ensemble_steps``); the child request id is ``<req
 and is recorded in the state (``c:<step>``) so that cancelling the parent can reach it.
 
 The work of many requests (the replies of one batch of steps) is planned first and written in
-one pipeline: every step's admission, the children's marks, the answers and FINISH scripts, and
-the caller's own commands (the step replies' ack) after them.
+one pipeline (``write``): the caller's commands (START), every step's admission, the answers and
+one FINISH for all of them, then the caller's commands again (STEP, the step replies' ack).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class Action:
     submit: list[tuple[Step, Prepared]] = field(default_factory=list)
     answer: Reply | None = None
     counters: dict[str, int] = field(default_factory=dict)
+    # The children (``c:<step>``) are written by a script of the same pipeline (START, STEP).
+    marked: bool = False
 
 
 class EnsembleProgress:
@@ -69,7 +73,7 @@ class EnsembleProgress:
         on_finished: Callable[[str], None] | None = None,
         direct: bool = True,
     ):
-        self._redis = r
+        self.redis = r
         self._on_finished = on_finished
         self.config = config
         self.model = config.name
@@ -128,7 +132,7 @@ class EnsembleProgress:
             config,
             version,
             request_id=_child(request.id, step),
-            inputs=[_renamed(tensors[tensor], name) for name, tensor in step.input_map.items()],
+            inputs=[renamed(tensors[tensor], name) for name, tensor in step.input_map.items()],
             outputs=list(step.output_map),
             parameters=request.parameters,
             reply_to=self.steps_stream,
@@ -182,41 +186,63 @@ class EnsembleProgress:
         """Write the actions in one pipeline (then ``after``'s commands), and answer with an
         error the requests whose step admission refused."""
         while actions or after is not None:
-            now = int(time.time() * 1000)
-            spans: list[tuple[Action, int, int]] = []
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for action in actions:
-                    start = len(pipe)
-                    self._queue(pipe, action, now)
-                    spans.append((action, start, len(pipe)))
-                if after is not None:
-                    after(pipe)
-                    after = None
-                results = await pipe.execute()
-            actions = [
-                follow
-                for action, start, end in spans
-                if (follow := self._settle(action, results[start:end])) is not None
-            ]
+            actions, _, _ = await self.write(actions, after=after)
+            after = None
 
-    def _queue(self, pipe: Pipeline, action: Action, now: int) -> None:
+    async def write(
+        self,
+        actions: list[Action],
+        before: Callable[[Pipeline], None] | None = None,
+        after: Callable[[Pipeline], None] | None = None,
+    ) -> tuple[list[Action], list[object], list[object]]:
+        """One pipeline: ``before``'s commands, every action (the steps' admissions, then the
+        answers and one FINISH for all of them), then ``after``'s commands. Returns the
+        follow-ups (error answers for refused admissions) and the results of ``before``'s and
+        ``after``'s commands."""
+        now = int(time.time() * 1000)
+        spans: list[tuple[Action, int]] = []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            if before is not None:
+                before(pipe)
+            head = len(pipe)
+            for action in actions:
+                spans.append((action, len(pipe)))
+                self._queue_submit(pipe, action)
+            answered = [action for action in actions if action.answer is not None]
+            finish_at = self._queue_answers(pipe, answered, now) if answered else -1
+            tail = len(pipe)
+            if after is not None:
+                after(pipe)
+            results = await pipe.execute()
+        finished = iter(results[finish_at] if answered else ())  # type: ignore[call-overload]
+        follow_ups = []
+        for action, start in spans:
+            if action.answer is not None:
+                self._settle_answer(action, int(next(finished)))
+                continue
+            admitted = results[start : start + len(action.submit)]
+            if (follow := self._settle(action, admitted)) is not None:
+                follow_ups.append(follow)
+        return follow_ups, results[:head], results[tail:]
+
+    def _queue_submit(self, pipe: Pipeline, action: Action) -> None:
         for _, prepared in action.submit:
             queue_admission(pipe, prepared)
-        if action.submit:  # the children: the cancel tree's hook, and "already submitted"
-            children = {f"c:{s.index}": _child(action.request.id, s) for s, _ in action.submit}
-            pipe.hset(self.state_key(action.request.id), mapping=children)
-        if action.answer is not None:  # publish, then delete the state and ack the entry
-            queue_replies(pipe, [(action.request.reply_to, action.answer)])
+        if action.submit and not action.marked:  # the children: the cancel tree's hook
+            pipe.hset(self.state_key(action.request.id), mapping=children_of(action))
+
+    def _queue_answers(self, pipe: Pipeline, answered: list[Action], now: int) -> int:
+        """Publish every answer, then one FINISH for all (deletes the states, acks the entries,
+        adds the statistics). Returns FINISH's index in the pipeline."""
+        queue_replies(pipe, [(a.request.reply_to, a.answer) for a in answered])  # type: ignore[misc]
+        finished = []
+        for action in answered:
             stream, _, entry_id = action.state.get(b"entry", b"|").decode().rpartition("|")
-            scripts.queue_finish(
-                pipe,
-                self.state_key(action.request.id),
-                stream,
-                entry_id,
-                self.stats_key,
-                action.counters,
-                now,
-            )
+            state_key = self.state_key(action.request.id)
+            finished.append((state_key, stream, entry_id, action.counters))
+        at = len(pipe)
+        scripts.queue_finish(pipe, self.stats_key, finished, now)
+        return at
 
     def _settle(self, action: Action, results: list[object]) -> Action | None:
         """The request's follow-up: an error answer when a step's admission refused."""
@@ -228,40 +254,29 @@ class EnsembleProgress:
             except ConchError as exc:
                 message = f"in ensemble '{self.model}', {step.label}: {exc}"
                 return self.failure(action.request, action.state, exc.code, message)
-        if action.answer is not None:
-            if self._on_finished is not None:
-                self._on_finished(action.request.id)
-            if int(results[-1]):  # type: ignore[call-overload]
-                if action.answer.error_code:
-                    metrics.record_failures(self.model, self.version, metrics.OTHER)
-                else:
-                    metrics.record_batch(self.model, self.version, action.counters)
         return None
 
+    def _settle_answer(self, action: Action, finished_here: int) -> None:
+        if self._on_finished is not None:
+            self._on_finished(action.request.id)
+        if finished_here and action.answer is not None:
+            if action.answer.error_code:
+                metrics.record_failures(self.model, self.version, metrics.OTHER)
+            else:
+                metrics.record_batch(self.model, self.version, action.counters)
 
-def _renamed(tensor: Tensor, name: str) -> Tensor:
+
+def children_of(action: Action) -> dict[str, str]:
+    """The state's fields for the steps an action submits (``c:<step>``: their request ids)."""
+    return {f"c:{step.index}": _child(action.request.id, step) for step, _ in action.submit}
+
+
+def renamed(tensor: Tensor, name: str) -> Tensor:
     return Tensor(name, tensor.datatype, tensor.shape, tensor.data)
 
 
 def _child(request_id: str, step: Step) -> str:
     return f"{request_id}.{step.index}"
-
-
-def parse_child(child_id: str) -> tuple[str, int] | None:
-    """(parent request id, step index) of a step's request id."""
-    parent, _, index = child_id.rpartition(".")
-    return (parent, int(index)) if parent and index.isdigit() else None
-
-
-def recorded(step: Step, reply: Reply) -> list[tuple[str, bytes]]:
-    """A step's outputs under their ensemble names, encoded for RECORD."""
-    if reply.error_code:
-        return []
-    return [
-        (name, envelope.encode(_renamed(tensor, name)))
-        for tensor in reply.outputs
-        if (name := step.output_map.get(tensor.name)) is not None
-    ]
 
 
 def _done(state: State) -> set[int]:

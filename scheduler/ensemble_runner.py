@@ -7,12 +7,13 @@ The intake hands it what it reads from two kinds of streams of the ensemble's sl
   (FINISH acks it, whoever finishes): if this scheduler dies, a live one reclaims the entry after
   the dead bound and resumes the request from its state (steps already submitted are not
   submitted twice). The owner answers a request whose deadline passed;
-- the ensemble's step stream (``keys.ensemble_steps``), read by the schedulers' group: a step's
-  reply is recorded (RECORD), the steps it made runnable are submitted, and only then is the
-  reply's entry acked, so that one dying in between leaves it for a live scheduler.
+- the ensemble's step stream (``keys.ensemble_steps``), read by the schedulers' group: the steps
+  a reply made runnable are submitted, then the reply is recorded and its entry acked (STEP), in
+  one pipeline, so that one dying in between leaves it for a live scheduler.
 
 It has the interface the intake and the service expect of a queue (``add``, ``holds``,
-``update``, ``retire``, ``run``...). Progress itself is in ``scheduler.ensemble_progress``.
+``update``, ``retire``, ``run``...). The work is in ``scheduler.ensemble_work``, the planning in
+``scheduler.ensemble_progress``.
 """
 
 from __future__ import annotations
@@ -26,20 +27,17 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.client import Pipeline
 
-from scheduler import ensemble_scripts as scripts
-from scheduler.ensemble_progress import EnsembleProgress, Resolve, parse_child, recorded
+from scheduler.ensemble_known import KnownStates
+from scheduler.ensemble_progress import EnsembleProgress, Resolve
+from scheduler.ensemble_work import EnsembleWork
 from shared import envelope, keys, streams
-from shared.ensemble_graph import Step, steps_of
+from shared.ensemble_graph import steps_of
 from shared.envelope import InferRequest, RequestHeader
 from shared.errors import ErrorCode
 from shared.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
-
-# A state outlives its request's deadline by this much, so that the owner can still answer it.
-_KEEP_AFTER_DEADLINE_MS = 30_000
 
 
 class EnsembleRunner:
@@ -70,6 +68,8 @@ class EnsembleRunner:
             on_finished=self.finished,
             direct=direct,
         )
+        self.known = KnownStates()
+        self.work = EnsembleWork(self.progress, self.known)
         self.steps_stream = keys.ensemble_steps(self.model, version).encode()
         # Request entries this scheduler owns: request id -> (deadline ms, stream, entry id).
         self._owned: dict[str, tuple[int, bytes, bytes]] = {}
@@ -118,19 +118,22 @@ class EnsembleRunner:
         self._soon()
 
     def _soon(self) -> None:
-        """What one read brought is written together: one pipeline per stage for all of it."""
+        """What one read brought is written together: one pipeline per stage for all of it. The
+        task starts when the intake yields after accepting the read (before its next read)."""
         if not self._flush_due:
             self._flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._spawn(self._flush(), "flush")
 
-    def _flush(self) -> None:
+    async def _flush(self) -> None:
         self._flush_due = False
-        if self._arrivals:
-            arrivals, self._arrivals = self._arrivals, []
+        arrivals, self._arrivals = self._arrivals, []
+        entries, self._replies = self._replies, []
+        if arrivals and entries:
             self._spawn(self._start(arrivals), "start")
-        if self._replies:
-            entries, self._replies = self._replies, []
-            self._spawn(self._step_replies(entries), "steps")
+        elif arrivals:
+            await self._start(arrivals)
+        if entries:
+            await self._step_replies(entries)
 
     async def retire(self, reason: str) -> None:
         """Answer every request this scheduler owns with an error (its version is unloaded)."""
@@ -165,82 +168,27 @@ class EnsembleRunner:
     # --- the work ----------------------------------------------------------------------------
 
     async def _start(self, arrivals: list[tuple[RequestHeader, bytes, bytes, bytes]]) -> None:
-        """Create (or find: a resumed request) each request's state, then submit its first
-        steps: two pipelines for every request one read brought."""
+        """Create (or find: a resumed request) each request's state with its first steps: one
+        pipeline for every request one read brought."""
         try:
-            now = int(time.time() * 1000)
-            requests = [envelope.decode_request(data) for _, _, _, data in arrivals]
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for (header, stream, entry_id, data), request in zip(
-                    arrivals, requests, strict=True
-                ):
-                    keep_ms = header.deadline_ms - now + _KEEP_AFTER_DEADLINE_MS
-                    entry = f"{stream.decode()}|{entry_id.decode()}"
-                    state_key = self.progress.state_key(request.id)
-                    scripts.queue_start(pipe, state_key, data, entry, keep_ms)
-                results = await pipe.execute()
-            actions = [
-                action
-                for request, flat in zip(requests, results, strict=True)
-                if (state := scripts.parse_state(flat)) is not None
-                and (action := self.progress.plan(request, state, now)) is not None
-            ]
-            await self.progress.apply(actions)
+            await self.work.start(arrivals, int(time.time() * 1000))
         except BaseException:
             for header, _, _, _ in arrivals:  # not started: the intake's recovery reads it again
                 self._owned.pop(header.id, None)
+                self.known.drop(header.id)
             raise
 
     async def _step_replies(self, entries: list[streams.Entry]) -> None:
-        """Record every reply of the entries (one pipeline), then submit what they made
-        runnable, answer what they finished and ack the entries (one pipeline)."""
+        """Record the replies, submit what they made runnable, answer what they finished and
+        ack the entries: one pipeline (``scheduler.ensemble_work``)."""
         try:
-            known: list[tuple[envelope.Reply, tuple[str, Step]]] = []
-            for entry in entries:
-                payload = entry.fields.get(keys.FIELD_DATA)
-                try:
-                    replies = envelope.decode_replies(payload) if payload else []
-                except Exception:  # nothing in it can be answered: acked, never retried
-                    log.exception("undecodable step reply dropped", extra={"model": self.model})
-                    replies = []
-                known += [(reply, found) for reply in replies if (found := self._step_of(reply))]
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for reply, (request_id, step) in known:
-                    produced = recorded(step, reply)
-                    state_key = self.progress.state_key(request_id)
-                    scripts.queue_record(pipe, state_key, step.index, produced)
-                results = await pipe.execute() if known else []
-            now = int(time.time() * 1000)
-            actions = []
-            for (reply, (_, step)), flat in zip(known, results, strict=True):
-                state = scripts.parse_state(flat)
-                if state is None:
-                    continue  # finished (or expired) already: a late or repeated reply
-                request = _request_of(state)
-                if reply.error_code:
-                    message = f"in ensemble '{self.model}', {step.label} failed: {reply.error}"
-                    code = ErrorCode._value2member_map_.get(reply.error_code, ErrorCode.INTERNAL)
-                    actions.append(self.progress.failure(request, state, code, message))
-                elif (action := self.progress.plan(request, state, now)) is not None:
-                    actions.append(action)
-
-            def ack(pipe: Pipeline) -> None:
-                ids = [entry.entry_id for entry in entries]
-                pipe.xack(self.steps_stream, keys.SCHEDULER_GROUP, *ids)
-                pipe.xdel(self.steps_stream, *ids)
-
-            await self.progress.apply(actions, after=ack)
+            await self.work.step_replies(entries, int(time.time() * 1000))
+        except BaseException:
+            self.known.clear()  # what the failed write said may not be in Redis: read it again
+            raise
         finally:
             for entry in entries:
                 self._working.discard(entry.entry_id)
-
-    def _step_of(self, reply: envelope.Reply) -> tuple[str, Step] | None:
-        parsed = parse_child(reply.id)
-        steps = self.progress.steps
-        if parsed is None or not 0 <= parsed[1] < len(steps):
-            log.error("step reply of no known step dropped", extra={"request": reply.id})
-            return None
-        return parsed[0], steps[parsed[1]]
 
     async def _answer_owned(self, request_id: str, code: ErrorCode, message: str) -> None:
         owned = self._owned.get(request_id)
@@ -279,6 +227,7 @@ class EnsembleRunner:
     def finished(self, request_id: str) -> None:
         """Called by the progress once a request is finished (by this scheduler)."""
         self._owned.pop(request_id, None)
+        self.known.drop(request_id)
 
 
 def _request_of(state: dict[bytes, bytes]) -> InferRequest:

@@ -115,6 +115,9 @@ class Intake:
                     continue
                 for entry in streams.parse_read(reply):
                     self.accept(entry)
+                # The work the entries started writes before the next read goes out (an ensemble
+                # step's next admission is one write sooner).
+                await asyncio.sleep(0)
         finally:
             waker.cancel()
             if slot_reads is not None:

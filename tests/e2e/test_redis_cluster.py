@@ -47,6 +47,7 @@ def test_conch_up_with_a_private_redis_cluster(model_repository: Path) -> None:
         client = httpclient.InferenceServerClient(f"localhost:{port}")
         result = client.infer("simple", _inputs())
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * np.arange(16).reshape(1, 16))
+        _check_an_ensemble(client)
         nodes = [
             c
             for c in psutil.Process(process.pid).children(recursive=True)
@@ -57,6 +58,23 @@ def test_conch_up_with_a_private_redis_cluster(model_repository: Path) -> None:
         alive = stop_conch_up(process)
     assert process.returncode == 0
     assert not alive, f"left running after SIGTERM: {[p.cmdline() for p in alive]}"
+
+
+def _check_an_ensemble(client: httpclient.InferenceServerClient) -> None:
+    """Three steps on another slot than the ensemble's own: START, the steps' admissions and STEP
+    go to different nodes (START first: a cluster pipeline's nodes run in no set order)."""
+    deadline = time.monotonic() + 60
+    while not client.is_model_ready("add_sub_chain") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    b = np.full((1, 16), 3, dtype=np.float32)
+    for _ in range(5):
+        inputs = [httpclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+        result = client.infer("add_sub_chain", inputs)
+        np.testing.assert_allclose(result.as_numpy("OUTPUT0"), 2 * (a + b))
+        np.testing.assert_allclose(result.as_numpy("OUTPUT1"), 2 * (a - b))
 
 
 @dataclass
