@@ -30,7 +30,6 @@ from scheduler.version_queue import VersionQueue
 from shared import (
     change_feed,
     durability,
-    gc_tuning,
     heartbeats,
     keys,
     log_settings,
@@ -125,8 +124,6 @@ class SchedulerService:
 
     async def _refresh_once(self) -> None:
         await self._refresh()
-        if not self.ready.is_set():
-            gc_tuning.settle(self.settings.gc_young_threshold)
         self.ready.set()
         if self._absent:  # a version gone from the fleet is retired after a delay: look again
             self.feed.kick_after(self.settings.retire_after_ms / 1000, change_feed.MODELS)

@@ -9,9 +9,6 @@ class SchedulerSettings(Settings, kw_only=True):
     __prefix__ = "CONCH_SCHEDULER_"
 
     health_host: str = "0.0.0.0"
-    # The young generation's threshold of the garbage collector, set (with everything alive
-    # at start-up frozen) once the process is ready (``shared/gc_tuning.py``); 0: Python's own.
-    gc_young_threshold: int = 20_000
     health_port: int = 8010
     heartbeat_interval_ms: int = 1_000
     heartbeat_ttl_ms: int = 3_000

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from shared import (
     cancel_listener,
-    gc_tuning,
     heartbeats,
     log_settings,
     metrics,
@@ -123,7 +122,6 @@ class WorkerService:
                 ),
                 cancels,
             ]
-            gc_tuning.settle(self.settings.gc_young_threshold)
             self.ready.set()
             log.info(
                 "worker ready",

@@ -9,9 +9,6 @@ class WorkerSettings(Settings, kw_only=True):
     __prefix__ = "CONCH_WORKER_"
 
     backend: str = "onnxruntime"
-    # The young generation's threshold of the garbage collector, set (with everything alive
-    # at start-up frozen) once the process is ready (``shared/gc_tuning.py``); 0: Python's own.
-    gc_young_threshold: int = 20_000
     model_repository: str = "model_repository"
     # Names of the models to load; empty: every model of this worker's backend.
     models: list[str] = []
