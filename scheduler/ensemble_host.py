@@ -44,16 +44,22 @@ class EnsembleHost:
         self._versions: Mapping[str, Mapping[int, int]] = {}
         self._marked: set[tuple[str, int]] = set()
 
-    def observe(
+    async def observe(
         self, configs: Mapping[str, ModelConfig], versions: Mapping[str, Mapping[int, int]]
     ) -> None:
         """The registry's configs and the fleet's live instances, as of the last refresh."""
         self._configs, self._versions = configs, versions
         # A version gone from the registry (unloaded) is no longer re-marked by the heartbeat
-        # thread (``queue_marks``): its mark expires within the TTL, as it did when marks were
-        # only refreshed here.
-        for pair in [p for p in self._marked if p[1] not in versions.get(p[0], {})]:
-            self._marked.discard(pair)
+        # thread (``queue_marks``) and leaves the readiness set now: an unloaded ensemble is
+        # not ready as soon as a scheduler hears of the unload, not a TTL later.
+        gone = [p for p in self._marked if p[1] not in versions.get(p[0], {})]
+        if not gone:
+            return
+        self._marked.difference_update(gone)
+        try:
+            await readiness.unmark_ready(self._redis, self._consumer, gone)
+        except Exception:
+            log.warning("could not leave an unloaded ensemble's readiness set; it expires")
 
     def resolve(self, model: str, wanted: int) -> tuple[ModelConfig, int] | None:
         """The composing model's config and the version a step runs on (None: not ready)."""

@@ -133,7 +133,7 @@ class SchedulerService:
         if rev != self._rev:
             self._rev, self._configs = await model_registry.read_models(self.redis)
         versions = await readiness.ready_versions(self.redis, list(self._configs))
-        self.ensembles.observe(self._configs, versions)
+        await self.ensembles.observe(self._configs, versions)
         for model, config in self._configs.items():
             if is_ensemble(config):  # run here, ready while their composing models are
                 for version in versions.get(model, {}):

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import redis.asyncio as aioredis
 
-from shared import expected_models, keys, model_registry
+from shared import change_feed, expected_models, keys, model_registry
 from shared.ensemble_graph import is_ensemble, validate
 from shared.errors import ConchError
 from shared.model_config import ModelConfig
@@ -65,7 +65,8 @@ async def publish_one(
 
 
 async def unpublish(r: aioredis.Redis, name: str, versions: list[int]) -> None:
-    """The versions leave the ensemble's version set: the schedulers stop marking them ready
-    (their marks expire within seconds) and retire their runners."""
+    """The versions leave the ensemble's version set, and the change is announced: every
+    scheduler re-reads at once, leaves their readiness set and retires their runners."""
     if versions:
         await r.srem(keys.model_versions(name), *versions)
+        await change_feed.announce(r, change_feed.MODELS)  # the schedulers re-read at once

@@ -315,7 +315,9 @@ def test_the_repository_api_unloads_and_loads_an_ensemble(ens_mesh: EnsembleMesh
     client = httpclient.InferenceServerClient(ens_mesh.mesh.url)
     x = np.ones((1, 256), np.float32)
     client.unload_model("mlp_ensemble")
-    deadline = time.monotonic() + 20
+    # Announced on the change feed, so every scheduler and gateway process hears of it at once
+    # and the schedulers leave its readiness set: within the 10 s safety poll with room to spare.
+    deadline = time.monotonic() + 8
     while client.is_model_ready("mlp_ensemble") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not client.is_model_ready("mlp_ensemble")
