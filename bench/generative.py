@@ -240,10 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         per_cpu = ", ".join(f"{r['mode']} {r['tokens_per_cpu_s']}" for r in rows)
         ratio = rows[0]["tokens_per_cpu_s"] / rows[-1]["tokens_per_cpu_s"]
         print(f"tokens per CPU second of the mesh: {per_cpu} ({ratio:.2f}x)")
-    if args.out:
-        with args.out.open("a") as out:
-            for row in rows:
-                out.write(json.dumps(row) + "\n")
+    _append_rows(args.out, rows)
     return 0
 
 
@@ -266,11 +263,16 @@ def _mesh_rounds(args: argparse.Namespace) -> int:
             for a, b in zip(rows[::2], rows[1::2], strict=True)
         ]
         print(f"tokens per CPU second of the mesh, ratio per round: {per_cpu}")
-    if args.out:
-        with args.out.open("a") as out:
+    _append_rows(args.out, rows)
+    return 0
+
+
+def _append_rows(path: Path | None, rows: list[dict[str, Any]]) -> None:
+    """One JSON line per row, appended to ``--out`` (when given)."""
+    if path:
+        with path.open("a") as out:
             for row in rows:
                 out.write(json.dumps(row) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -13,18 +13,22 @@ import os
 import sys
 
 
+def _stat_fields(pid: int | str) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first); None when the
+    process is gone. The name is in parentheses and may hold spaces: split after the last one."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2 :].split()
+
+
 def _children() -> dict[int, list[int]]:
     tree: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        tree.setdefault(int(fields[1]), []).append(int(name))
+        if name.isdigit() and (fields := _stat_fields(name)) is not None:
+            tree.setdefault(int(fields[1]), []).append(int(name))
     return tree
 
 
@@ -55,12 +59,9 @@ def tree_cpu_seconds(root: int) -> dict[str, float]:
     while todo:
         pid = todo.pop()
         todo.extend(tree.get(pid, []))
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
+        fields = _stat_fields(pid)
+        if fields is None:
             continue
-        fields = stat[stat.rindex(b")") + 2 :].split()
         role = _role(pid)
         ticks[role] = ticks.get(role, 0) + int(fields[11]) + int(fields[12])  # utime, stime
     hz = os.sysconf("SC_CLK_TCK")

@@ -5,15 +5,18 @@ loop) that record each answer's status, version and latency."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import httpx
+
+from tests.mesh import Mesh
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
 
@@ -220,3 +223,23 @@ def split(answers: list[Answer]) -> dict[str, float]:
         counts[str(answer.version)] = counts.get(str(answer.version), 0) + 1
     total = sum(counts.values()) or 1
     return {version: 100 * n / total for version, n in sorted(counts.items())}
+
+
+@contextlib.contextmanager
+def running_policy_mesh(
+    redis_url: str, repo: Path, log_dir: Path, processes: int, **gateway_env: str
+) -> Iterator[Mesh]:
+    """A mesh on the policy repository: a scheduler, an ONNX Runtime worker, a Python worker
+    (``slow``) and a gateway of ``processes`` processes with the admin token, both models ready."""
+    mesh = Mesh(redis_url, repo, log_dir=log_dir)
+    try:
+        mesh.start_scheduler()
+        mesh.start_worker("worker-onnx", "onnxruntime")
+        mesh.start_worker("worker-python", "python")
+        mesh.start_gateway(
+            processes=processes, CONCH_GATEWAY_ADMIN_TOKEN=ADMIN_TOKEN, **gateway_env
+        )
+        mesh.wait_ready(["simple", "slow"])
+        yield mesh
+    finally:
+        mesh.stop()

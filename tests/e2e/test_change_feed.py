@@ -21,7 +21,12 @@ import pytest
 from conch.private_redis import PrivateRedis
 from shared import keys
 from tests.mesh import Mesh, flush_database, sync_redis
-from tests.policy_mesh import ADMIN_TOKEN, Admin, make_policy_repository, simple_body
+from tests.policy_mesh import (
+    Admin,
+    make_policy_repository,
+    running_policy_mesh,
+    simple_body,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -37,20 +42,14 @@ def feed_mesh(
 ) -> Iterator[Mesh]:
     flush_database(redis_server.url)
     repo = make_policy_repository(model_repository, tmp_path_factory.mktemp("feed_repo"))
-    mesh = Mesh(redis_server.url, repo, log_dir=tmp_path_factory.mktemp("feed_logs"))
-    try:
-        mesh.start_scheduler()
-        mesh.start_worker("worker-onnx", "onnxruntime")
-        mesh.start_worker("worker-python", "python")  # the repository's ``slow``
-        mesh.start_gateway(
-            processes=2,
-            CONCH_GATEWAY_ADMIN_TOKEN=ADMIN_TOKEN,
-            CONCH_GATEWAY_REFRESH_INTERVAL_MS=str(SAFETY_POLL_MS),
-        )
-        mesh.wait_ready(["simple", "slow"])
+    with running_policy_mesh(
+        redis_server.url,
+        repo,
+        tmp_path_factory.mktemp("feed_logs"),
+        processes=2,
+        CONCH_GATEWAY_REFRESH_INTERVAL_MS=str(SAFETY_POLL_MS),
+    ) as mesh:
         yield mesh
-    finally:
-        mesh.stop()
 
 
 def _versions(mesh: Mesh) -> set[str]:

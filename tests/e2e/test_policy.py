@@ -24,6 +24,7 @@ from tests.policy_mesh import (
     Admin,
     Driver,
     make_policy_repository,
+    running_policy_mesh,
     simple_body,
     slow_body,
     split,
@@ -41,16 +42,10 @@ def policy_mesh(
 ) -> Iterator[Mesh]:
     flush_database(redis_server.url)
     repo = make_policy_repository(model_repository, tmp_path_factory.mktemp("policy_repo"))
-    mesh = Mesh(redis_server.url, repo, log_dir=tmp_path_factory.mktemp("policy_logs"))
-    try:
-        mesh.start_scheduler()
-        mesh.start_worker("worker-onnx", "onnxruntime")
-        mesh.start_worker("worker-python", "python")
-        mesh.start_gateway(processes=3, CONCH_GATEWAY_ADMIN_TOKEN=ADMIN_TOKEN)
-        mesh.wait_ready(["simple", "slow"])
+    with running_policy_mesh(
+        redis_server.url, repo, tmp_path_factory.mktemp("policy_logs"), processes=3
+    ) as mesh:
         yield mesh
-    finally:
-        mesh.stop()
 
 
 @pytest.fixture(scope="module")
