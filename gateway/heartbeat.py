@@ -15,8 +15,8 @@ import contextlib
 import logging
 from collections.abc import Mapping
 
-from shared import heartbeats, metrics, redis_cluster, ticks
-from shared.deferred_replies import DeferredPipeline, commands_of, lazy_client
+from shared import heartbeats, metrics, redis_cluster, redis_conn, ticks
+from shared.deferred_replies import DeferredPipeline, commands_of
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,9 @@ async def beat_forever(
     if redis_cluster.is_cluster(redis_url):
         await _awaited_beats(awaited, service_id, info, ttl_ms, interval_s)
         return
-    client = lazy_client(redis_url, name="conch-gateway-heartbeat")
+    client = redis_conn.sync_client(
+        redis_url, name="conch-gateway-heartbeat", single_connection=False
+    )
     deferred = DeferredPipeline(client.connection_pool.make_connection())
     try:
         while True:

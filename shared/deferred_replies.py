@@ -21,12 +21,11 @@ from typing import Any
 
 import redis
 
-from shared import redis_conn
-
 
 class DeferredPipeline:
     def __init__(self, connection: redis.Connection):
-        # A connection of its own (``redis_conn.sync_connection``), connected on first use.
+        # A connection of its own (``redis_conn.sync_client(..., single_connection=False)``'s
+        # ``make_connection()``), connected on first use.
         self._conn: Any = connection
         self._pending = 0
 
@@ -96,23 +95,6 @@ class DeferredPipeline:
     def close(self) -> None:
         self._pending = 0
         self._conn.disconnect()
-
-
-def lazy_client(url: str, *, name: str) -> redis.Redis:
-    """A synchronous client with the process's Redis bounds, connected on first use; its pool's
-    ``make_connection()`` gives a beat a connection of its own. Single Redis only."""
-    options: dict[str, object] = {}
-    if not url.startswith("unix:"):
-        options["socket_keepalive"] = True
-    pool = redis.ConnectionPool.from_url(
-        url,
-        socket_timeout=redis_conn.SOCKET_TIMEOUT_S,
-        socket_connect_timeout=5,
-        health_check_interval=redis_conn.HEALTH_CHECK_INTERVAL_S,
-        client_name=name,
-        **options,  # type: ignore[arg-type]
-    )
-    return redis.Redis(connection_pool=pool)
 
 
 def commands_of(pipe: Any) -> list[tuple[Any, ...]]:

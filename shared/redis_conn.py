@@ -251,9 +251,13 @@ def blocking_pool(url: str, *, name: str, max_connections: int = 64) -> aioredis
     return client
 
 
-def sync_client(url: str, *, name: str = "conch-sync") -> redis.Redis:
-    """A synchronous single-connection client with the same bounds, for a thread of its own
-    (heartbeats) that must keep going while the event loop is blocked."""
+def sync_client(
+    url: str, *, name: str = "conch-sync", single_connection: bool = True
+) -> redis.Redis:
+    """A synchronous client with the same bounds, for a thread of its own (heartbeats) that
+    must keep going while the event loop is blocked. Single-connection (connected now) by
+    default; otherwise connected on first use, and its pool's ``make_connection()`` gives a
+    caller a connection of its own (``shared.deferred_replies``)."""
     if redis_cluster.is_cluster(url):
         return redis_cluster.sync_client(url, socket_timeout=SOCKET_TIMEOUT_S, name=name)  # type: ignore[return-value]
     options: dict[str, object] = {}
@@ -265,7 +269,7 @@ def sync_client(url: str, *, name: str = "conch-sync") -> redis.Redis:
         socket_connect_timeout=5,
         health_check_interval=HEALTH_CHECK_INTERVAL_S,
         client_name=name,
-        single_connection_client=True,
+        single_connection_client=single_connection,
         **options,  # type: ignore[arg-type]
     )
 

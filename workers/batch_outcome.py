@@ -81,12 +81,7 @@ class Outcome:
                 return (await pipe.execute())[-1]
 
         acked = bool(await until_answered(publish_and_ack, bound_s))
-        self.settled = True
-        if acked:
-            self.record()
-        else:  # nothing of it counts here (unless recorded when an earlier write went out)
-            self.recorded = True
-            self.late()
+        self._conclude(acked)
         return acked
 
     def settle(self, answers: list[Any]) -> bool:
@@ -99,13 +94,18 @@ class Outcome:
                 extra={"model": self.model, "errors": [repr(a) for a in answers]},
             )
             return False
+        self._conclude(bool(answers[-1]))
+        return True
+
+    def _conclude(self, acked: bool) -> None:
+        """Its ack answered: recorded when acked; when the fence refused it (another worker
+        claimed the batch meanwhile), counted as a late result and nothing else."""
         self.settled = True
-        if answers[-1]:
+        if acked:
             self.record()
-        else:  # claimed by another worker meanwhile: nothing of it counts here
+        else:
             self.recorded = True
             self.late()
-        return True
 
     def record(self) -> None:
         """The batch's Prometheus series and trace spans, once (an outcome whose write on the

@@ -22,9 +22,9 @@ import redis.asyncio as aioredis
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from gateway import heartbeat as gateway_heartbeat
-from shared import heartbeats, keys, readiness
+from shared import heartbeats, keys, readiness, redis_conn
 from shared.clock import now_ms
-from shared.deferred_replies import DeferredPipeline, commands_of, lazy_client
+from shared.deferred_replies import DeferredPipeline, commands_of
 from shared.heartbeat_thread import HeartbeatThread
 from tests import delay_proxy
 
@@ -40,7 +40,7 @@ def _wait_until(check: object, timeout_s: float = 10.0) -> None:
 
 
 def test_a_beat_is_read_at_the_next_one_and_errors_surface_there(redis_url: str) -> None:
-    client = lazy_client(redis_url, name="test-deferred")
+    client = redis_conn.sync_client(redis_url, name="test-deferred", single_connection=False)
     deferred = DeferredPipeline(client.connection_pool.make_connection())
     check = redis.Redis.from_url(redis_url)
     try:
