@@ -7,8 +7,11 @@ The handlers are thin: the bodies are ``gateway.admin_bodies``, the work is
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from litestar import Request, Response, Router, delete, get, put
 from litestar.exceptions import ValidationException
+from litestar.params import Body
 
 from gateway.admin_bodies import (
     Deleted,
@@ -48,7 +51,9 @@ async def get_weights(request: Request, model: str) -> WeightsView:
 
 
 @put("/models/{model:str}/weights", summary="Set version weights (every gateway within 1 s)")
-async def put_weights(request: Request, model: str, data: WeightsBody) -> WeightsView:
+async def put_weights(
+    request: Request, model: str, data: Annotated[WeightsBody, Body()]
+) -> WeightsView:
     return await _store(request).put_weights(model, data)
 
 
@@ -67,7 +72,7 @@ async def get_shadow(request: Request, model: str) -> ShadowView:
 
 
 @put("/models/{model:str}/shadow", summary="Send a percentage of requests to a candidate too")
-async def put_shadow(request: Request, model: str, data: Shadow) -> ShadowView:
+async def put_shadow(request: Request, model: str, data: Annotated[Shadow, Body()]) -> ShadowView:
     return await _store(request).put_shadow(model, data)
 
 
@@ -87,7 +92,9 @@ async def get_tenant(request: Request, tenant: str) -> TenantView:
 
 
 @put("/tenants/{tenant:str}", summary="Create or replace a tenant")
-async def put_tenant(request: Request, tenant: str, data: TenantBody) -> TenantView:
+async def put_tenant(
+    request: Request, tenant: str, data: Annotated[TenantBody, Body()]
+) -> TenantView:
     return await _store(request).put_tenant(tenant, data)
 
 

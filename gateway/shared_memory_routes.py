@@ -12,6 +12,7 @@ from typing import Annotated
 import msgspec
 from litestar import Request, Response, Router, get, post
 from litestar.exceptions import ValidationException
+from litestar.params import Body
 
 from gateway.admin_routes import validation_error_handler
 from gateway.shared_memory import CUDA, SYSTEM, SharedMemoryManager
@@ -68,7 +69,9 @@ async def system_status(request: Request, name: str | None = None) -> list[Syste
 
 
 @post("/systemsharedmemory/region/{name:str}/register", status_code=200)
-async def system_register(request: Request, name: str, data: SystemRegisterBody) -> Response:
+async def system_register(
+    request: Request, name: str, data: Annotated[SystemRegisterBody, Body()]
+) -> Response:
     await _manager(request).register(name, data.key, data.offset, data.byte_size)
     return _ok()
 
@@ -89,7 +92,9 @@ async def cuda_status(request: Request, name: str | None = None) -> list[CudaReg
 
 
 @post("/cudasharedmemory/region/{name:str}/register", status_code=200)
-async def cuda_register(request: Request, name: str, data: CudaRegisterBody) -> Response:
+async def cuda_register(
+    request: Request, name: str, data: Annotated[CudaRegisterBody, Body()]
+) -> Response:
     try:
         handle = base64.b64decode(data.raw_handle.b64, validate=True)
     except (binascii.Error, ValueError):

@@ -4,8 +4,9 @@ A two-step ensemble over a Python model with two priority levels, one request pe
 (20 ms each, two instances), is saturated with priority-2 requests; priority-1 requests sent at
 the same time overtake them at each step's queue. Whatever the machine's speed, a priority-1
 request waits at most for the executions in progress at each step, while priority-2 requests
-wait for the whole backlog, so the priority-1 p99 sits well below even the priority-2 median.
-The figures are printed (``-s``) for the performance notes.
+wait for the whole backlog, so the priority-1 p90 sits well below even the priority-2 median (the
+p99 of 40 requests is their slowest one or two: one freeze of the VM decides it, so it is printed
+for the performance notes, ``-s``, and not asserted).
 """
 
 from __future__ import annotations
@@ -92,11 +93,16 @@ def _infer(client: httpclient.InferenceServerClient, priority: int, value: int) 
 def test_priority_one_ensemble_requests_overtake_a_saturated_priority_two(prio_mesh: Mesh) -> None:
     stop = threading.Event()
     background: list[float] = []
+    failures: list[str] = []
 
     def saturate(index: int) -> None:
         client = httpclient.InferenceServerClient(prio_mesh.url, network_timeout=60)
         while not stop.is_set():
-            background.append(_infer(client, 2, index))
+            try:
+                background.append(_infer(client, 2, index))
+            except Exception as exc:  # every failure is reported by the assertions below
+                failures.append(repr(exc))
+                return
 
     threads = [threading.Thread(target=saturate, args=(i,)) for i in range(BACKGROUND_CLIENTS)]
     for thread in threads:
@@ -110,12 +116,15 @@ def test_priority_one_ensemble_requests_overtake_a_saturated_priority_two(prio_m
         stop.set()
         for thread in threads:
             thread.join(timeout=60)
-    p1 = np.percentile(urgent, [50, 99]) * 1000
-    p2 = np.percentile(background, [50, 99]) * 1000
-    print(
-        f"\nensemble priority under saturation: priority 1 p50 {p1[0]:.1f} ms p99 {p1[1]:.1f} ms "
-        f"({len(urgent)} requests); priority 2 p50 {p2[0]:.1f} ms p99 {p2[1]:.1f} ms "
-        f"({len(background)} requests)"
+    p1 = np.percentile(urgent, [50, 90, 99]) * 1000
+    p2 = np.percentile(background, [50, 90, 99]) * 1000
+    figures = (
+        f"ensemble priority under saturation: priority 1 p50 {p1[0]:.1f} ms p90 {p1[1]:.1f} ms "
+        f"p99 {p1[2]:.1f} ms ({len(urgent)} requests); priority 2 p50 {p2[0]:.1f} ms "
+        f"p90 {p2[1]:.1f} ms p99 {p2[2]:.1f} ms ({len(background)} requests)"
     )
-    assert len(background) >= BACKGROUND_CLIENTS
-    assert p1[1] < p2[0], (p1, p2)
+    print("\n" + figures)
+    assert not failures, f"priority-2 requests failed: {failures[:3]}"
+    assert len(background) >= BACKGROUND_CLIENTS, figures
+    assert p1[0] < p2[0] / 4, figures
+    assert p1[1] < p2[0], figures

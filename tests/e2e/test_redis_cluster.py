@@ -165,6 +165,7 @@ def test_killing_the_master_of_a_busy_model_under_load(
     deadline_s = 10.0
     mesh = Mesh(cluster.url, model_repository, log_dir=tmp_path)
     mesh.env_overrides = {"CONCH_REDIS_WAIT_REPLICAS": str(wait_replicas)}
+    cluster_view = ""
     try:
         mesh.start_all()
         mesh.wait_ready(["simple"])
@@ -173,34 +174,71 @@ def test_killing_the_master_of_a_busy_model_under_load(
             victim = cluster.master_for(keys.batch_stream("simple", 1))
             killed = time.monotonic()
             cluster.kill(victim)
-            load.wait_recovered(killed, settle_s=deadline_s + 1, within_s=deadline_s + 15)
+            # The bound asserted below is 30 s; the load runs past it so a slow promotion is
+            # measured, not mistaken for a mesh that never answers again.
+            load.wait_recovered(killed, settle_s=deadline_s + 1, within_s=40)
+        cluster_view = _cluster_view(cluster)
         cluster.wait_healthy(30)
+        mesh_warnings = _warnings(mesh)
     finally:
         mesh.stop()
     outcomes = sorted(load.outcomes, key=lambda o: o.sent)
     before = [o for o in outcomes if o.done < killed]
     window = [o for o in outcomes if o.done >= killed]
     after_kill_ok = [o.done for o in window if o.kind == "ok" and o.sent >= killed]
-    assert before and all(o.kind == "ok" for o in before), "the mesh served before the kill"
-    assert after_kill_ok, "the mesh never answered again after the failover"
-    answering_again_s = min(after_kill_ok) - killed
     last_failure = max((o.done for o in window if o.kind != "ok"), default=killed)
     counts = {kind: sum(o.kind == kind for o in window) for kind in ("ok", "error", "timeout")}
     unanswered = [o for o in window if o.kind == "unanswered"]
     figures = {
         "wait_replicas": wait_replicas,
         "node_timeout_ms": cluster.node_timeout_ms,
-        "answering_again_s": round(answering_again_s, 2),
+        "answering_again_s": round(min(after_kill_ok) - killed, 2) if after_kill_ok else None,
         "last_failure_after_kill_s": round(last_failure - killed, 2),
         "requests_before_kill": len(before),
-        "ok_rps_before": round(len(before) / (killed - before[0].sent), 1),
+        "ok_rps_before": round(len(before) / (killed - before[0].sent), 1) if before else 0,
         "window": counts,
         "unanswered": len(unanswered),
         "errors": sorted({o.detail for o in window if o.kind == "error"})[:5],
     }
     print("failover figures", json.dumps(figures))
-    assert not unanswered, f"requests left without an answer: {unanswered[:3]}"
+    explained = f"{figures}\ncluster after the load: {cluster_view}\n{mesh_warnings}"
+    assert before and all(o.kind == "ok" for o in before), "the mesh served before the kill"
+    assert after_kill_ok, f"the mesh never answered again after the failover: {explained}"
+    assert not unanswered, f"requests left without an answer: {unanswered[:3]}\n{explained}"
     # Generous: the promotion takes about node-timeout plus an election; the figure is the doc's.
-    assert answering_again_s < 30, figures
+    assert figures["answering_again_s"] < 30, explained
     tail = [o for o in window if o.sent > last_failure]
-    assert len(tail) >= 20 and all(o.kind == "ok" for o in tail), figures
+    assert len(tail) >= 20 and all(o.kind == "ok" for o in tail), explained
+
+
+def _cluster_view(cluster: PrivateRedisCluster) -> str:
+    """Each live node's masters and their slots, as that node sees them (a failed promotion
+    shows here: a slot range still on a node flagged fail)."""
+    views = []
+    for node in cluster.nodes:
+        if not node.alive():
+            continue
+        try:
+            lines = node.client().execute_command("CLUSTER", "NODES").decode().splitlines()
+        except Exception as exc:  # a node that cannot answer is itself the finding
+            views.append(f"{node.port}: {exc!r}")
+            continue
+        masters = [
+            " ".join(line.split()[1:3] + line.split()[8:]) for line in lines if "master" in line
+        ]
+        views.append(f"{node.port}: {masters}")
+        break
+    return "; ".join(views)
+
+
+_LOUD = ('"level":"warning"', '"level":"error"', " WARNING ", " ERROR ")
+
+
+def _warnings(mesh: Mesh) -> str:
+    """The mesh's warning and error log lines (the last few of each process, JSON or text)."""
+    parts = []
+    for name in mesh.processes:
+        lines = [line for line in mesh.log(name).splitlines() if any(t in line for t in _LOUD)]
+        if lines:
+            parts.append(f"--- {name}\n" + "\n".join(lines[-5:]))
+    return "\n".join(parts)
