@@ -16,6 +16,7 @@ from tests.chaos.chaos_mesh import ChaosMesh
 
 FREEZE_S = 5.0
 RESTART_DELAY_S = 0.5  # conch up's supervisor restarts a dead service after 0.5 s
+HALFOPEN_WAIT_S = 30.0  # the longest wait for a reply reader connection to cut
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,15 @@ def redis_stall(mesh: ChaosMesh) -> Struck:
 def reply_reader_halfopen(mesh: ChaosMesh) -> Struck:
     """Every gateway's reply-reader connection goes half-open: open, silent, forever."""
     started = time.monotonic()
-    answer = mesh.proxy_command("halfopen conch-gateway-replies")
-    cut = int(answer.rsplit(" ", 1)[-1])
-    assert cut >= 1, f"no reply reader connection found to cut ({answer})"
+    # A reader cut by the last strike is replaced once its read times out (the block plus the
+    # socket timeout, about 10 s): until then there is nothing new to cut, so wait for it.
+    while True:
+        answer = mesh.proxy_command("halfopen conch-gateway-replies")
+        cut = int(answer.rsplit(" ", 1)[-1])
+        if cut >= 1 or time.monotonic() - started > HALFOPEN_WAIT_S:
+            break
+        time.sleep(0.25)
+    assert cut >= 1, f"no reply reader connection found to cut in {HALFOPEN_WAIT_S} s ({answer})"
     return Struck(started, time.monotonic(), note=f"{cut} reply reader connection(s) half-open")
 
 

@@ -166,15 +166,14 @@ async def test_two_instances_execute_two_batches_at_once(backend_mesh: Mesh) -> 
     client = aiohttpclient.InferenceServerClient(backend_mesh.url)
     with tempfile.TemporaryDirectory() as meeting:
 
-        async def call(value: int):
+        async def call(value: int, timeout_s: float = 20.0):
             tensor = aiohttpclient.InferInput("INPUT0", [1, 1], "INT64")
             tensor.set_data_from_numpy(np.array([[value]], dtype=np.int64))
-            return await client.infer(
-                "python_probe", [tensor], parameters={"rendezvous": meeting, "parties": 2}
-            )
+            parameters = {"rendezvous": meeting, "parties": 2, "rendezvous_timeout_s": timeout_s}
+            return await client.infer("python_probe", [tensor], parameters=parameters)
 
         try:
-            first = await call(1)  # alone: cannot meet anyone, so answers with -pid
+            first = await call(1, timeout_s=1.0)  # alone: cannot meet anyone, answers with -pid
             assert first.as_numpy("PID")[0][0] < 0
             _clear(meeting)
             # Sent apart, so the dynamic batcher cannot put both into one execution: the first

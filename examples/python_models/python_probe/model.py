@@ -7,7 +7,8 @@ Behaviour by input value (any element of INPUT0):
 
 Every response carries PID (the model process id), so clients can see which instance ran it.
 A request parameter ``rendezvous`` (a directory) makes execute wait until ``parties`` (default 2)
-executions are inside execute at the same time: proof that instances run concurrently.
+executions are inside execute at the same time: proof that instances run concurrently; it
+gives up after ``rendezvous_timeout_s`` (default 20) and answers with a negative PID.
 A request parameter ``probe_sleep_ms`` makes execute take that long (a request in flight to act
 on), and ``probe_add`` (an integer, as a number or a string: a forwarded header is a string) is
 added to OUTPUT0 (proof that a parameter reached the model).
@@ -25,10 +26,10 @@ import triton_python_backend_utils as pb_utils
 RENDEZVOUS_TIMEOUT_S = 20.0
 
 
-def rendezvous(directory, parties):
+def rendezvous(directory, parties, timeout_s=RENDEZVOUS_TIMEOUT_S):
     """Announce this execution and wait for the others; True when all arrived in time."""
     Path(directory, f"{os.getpid()}-{time.monotonic_ns()}").touch()
-    deadline = time.monotonic() + RENDEZVOUS_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if len(os.listdir(directory)) >= parties:
             return True
@@ -55,7 +56,11 @@ class TritonPythonModel:
             parameters = json.loads(request.parameters())
             met = True
             if "rendezvous" in parameters:
-                met = rendezvous(parameters["rendezvous"], int(parameters.get("parties", 2)))
+                met = rendezvous(
+                    parameters["rendezvous"],
+                    int(parameters.get("parties", 2)),
+                    float(parameters.get("rendezvous_timeout_s", RENDEZVOUS_TIMEOUT_S)),
+                )
             time.sleep(int(parameters.get("probe_sleep_ms", 0)) / 1000)
             pid = np.full(data.shape, os.getpid() if met else -os.getpid(), dtype=np.int64)
             responses.append(
