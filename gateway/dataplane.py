@@ -21,6 +21,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.admission import Admission
+from gateway.admission_plan import AdmissionPlans
 from gateway.admission_retry import admit_within
 from gateway.auth import Tenant
 from gateway.caller import ANONYMOUS_CALLER, Caller
@@ -29,20 +30,21 @@ from gateway.http_codec import ParsedRequest
 from gateway.in_flight import InFlightLimit
 from gateway.infer_extensions import InferExtensions
 from gateway.model_table import ModelTable
+from gateway.request_tally import record_request
 from gateway.response_cache import ResponseCache
 from gateway.sequence_admission import SequenceAdmission, check_request, sequence_request
 from gateway.trace_settings import TraceSettings, start_span
 from gateway.validation import ValidRequest, validate
 from gateway.version_router import VersionRouter
 from shared import envelope, keys, metrics, submission
-from shared.admission_script import ENQUEUE_LUA, NO_WORKER, QUEUE_FULL, admission_call
+from shared.admission_script import ENQUEUE_LUA, NO_WORKER, QUEUE_FULL
 from shared.coalesced_script import CoalescedScript
-from shared.direct_path import direct_levels
 from shared.envelope import Reply
 from shared.errors import ConchError, ErrorCode
 from shared.ids import new_id
 from shared.logs import request_id_var
-from shared.queue_ticket import QueueTicket, queue_ticket
+from shared.queue_ticket import QueueTicket
+from shared.redis_retry import CONNECTION_ERRORS
 from shared.replies import ReplyRouter
 
 log = logging.getLogger(__name__)
@@ -112,6 +114,7 @@ class DataPlane:
         self.replies = replies
         self._default_timeout_ms = default_timeout_ms
         self._enqueue = CoalescedScript(r, ENQUEUE_LUA)
+        self._plans = AdmissionPlans(direct)
         self._sequences = SequenceAdmission(r, gone_ms)
         self._shadow_tasks: set[asyncio.Task[None]] = set()
 
@@ -171,9 +174,7 @@ class DataPlane:
         finally:
             self.replies.forget(begun.request_id)
             begun.span.end(None if code == "OK" else code)
-            metrics.record_request(
-                model, number, begun.arm, code, time.perf_counter() - begun.started
-            )
+            record_request(model, number, begun.arm, code, time.perf_counter() - begun.started)
         if reply.error_code:
             raise ConchError(ErrorCode(reply.error_code), reply.error)
         if begun.cached and self.cache:
@@ -232,9 +233,7 @@ class DataPlane:
             if not ended:  # the consumer left, the deadline passed: stop the work
                 self._cancel(begun)
             begun.span.end(None if code == "OK" else code)
-            metrics.record_request(
-                model, number, begun.arm, code, time.perf_counter() - begun.started
-            )
+            record_request(model, number, begun.arm, code, time.perf_counter() - begun.started)
 
     async def _begin(
         self,
@@ -265,7 +264,8 @@ class DataPlane:
         sequence, spec = sequence_request(config, parsed.parameters)
         number = self.versions.route(model, version, caller.route_key or sequence.route_key)
         valid = validate(config, parsed)
-        ticket = queue_ticket(config, parsed.parameters, tenant.priority if tenant else 0)
+        plan = self._plans.of(config, number)
+        ticket = plan.ticket(parsed.parameters, tenant.priority if tenant else 0)
         if spec is not None:  # no shadow copy: it would start a sequence of its own elsewhere
             check_request(config, spec, sequence, valid, parsed.id)
         elif (shadow := self.versions.shadow(model, version, number)) is not None:
@@ -280,7 +280,7 @@ class DataPlane:
             and await self.cache.find(config, self.table.configs, number, valid, parsed)
         )
         if cached and cached.outputs is not None:  # a hit: answered without queueing
-            metrics.record_request(model, number, arm, "OK", time.perf_counter() - started)
+            record_request(model, number, arm, "OK", time.perf_counter() - started)
             return InferOutcome(Reply("", model, number, cached.outputs), valid, number)
         span = await start_span(self.traces, model, number, arm, valid.inputs)
         now = int(time.time() * 1000)
@@ -308,9 +308,7 @@ class DataPlane:
             def admit() -> Awaitable[int]:
                 return self._sequences.admit(config, spec, sequence, payload)
         else:
-            call = admission_call(
-                model=model,
-                version=number,
+            call = plan.call(
                 priority=ticket.priority,
                 request_id=request_id,
                 now_ms=now,
@@ -319,7 +317,6 @@ class DataPlane:
                 max_queue_size=ticket.max_queue_size,
                 header=envelope.encode(header),
                 data=envelope.encode(payload),
-                direct_levels=direct_levels(config, self._direct),
             )
 
             def admit() -> Awaitable[int]:
@@ -343,7 +340,10 @@ class DataPlane:
         )
 
     async def _admit(self, begun: _Begun) -> None:
-        admitted = await admit_within(begun.admit, begun.deadline_ms, begun.model)
+        try:  # the first try without the retry loop's two coroutine layers
+            admitted = await begun.admit()
+        except CONNECTION_ERRORS:
+            admitted = await admit_within(begun.admit, begun.deadline_ms, begun.model)
         if admitted < 0:
             tenant = begun.tenant.name if begun.tenant else None
             metrics.record_rejected(tenant, begun.model, _ADMISSION[admitted])

@@ -13,17 +13,20 @@ import os
 
 class IdSource:
     def __init__(self) -> None:
+        self.renew()
+
+    def renew(self) -> None:
+        """A new prefix: a forked child must not repeat its parent's ids (``os.register_at_fork``
+        calls this in the child, so ``next`` needs no ``getpid`` per id)."""
         self._prefix = os.urandom(8).hex()
         self._counter = itertools.count(1)
-        self._pid = os.getpid()
 
     def next(self) -> str:
-        if os.getpid() != self._pid:  # forked: a child must not repeat its parent's ids
-            self.__init__()
         return f"{self._prefix}{next(self._counter):x}"
 
 
 _source = IdSource()
+os.register_at_fork(after_in_child=_source.renew)
 
 
 def new_id() -> str:

@@ -14,6 +14,7 @@ import asyncio
 
 import pytest
 import redis.asyncio as aioredis
+import redis.exceptions
 
 from shared import clock, envelope, keys, readiness, streams
 from shared.admission_script import ENQUEUE_LUA, admission_call
@@ -295,3 +296,51 @@ async def test_the_same_request_admitted_twice_is_queued_once(aredis: aioredis.R
     assert await aredis.xlen(STREAM) == 1
     ttl = await aredis.pttl(keys.admitted(MODEL, "r1"))
     assert 0 < ttl <= 10_000  # kept until the request's deadline, then gone
+
+
+async def test_a_failing_call_fails_alone_and_the_connection_stays_in_step(aredis) -> None:
+    """One script error in a batch (here: a wrong number of arguments) is that caller's
+    exception; the calls around it are answered, and so is the next batch on the connection."""
+    await ready_worker(aredis)
+    script = CoalescedScript(aredis, ENQUEUE_LUA)
+
+    def call(n: int, args: list[object] | None = None):  # type: ignore[no-untyped-def]
+        return script(
+            [READY, STREAM, keys.admitted(MODEL, f"e{n}")],
+            args if args is not None else [clock.now_ms(), 30, *payload(n), 10_000],
+        )
+
+    results = await asyncio.gather(
+        call(0), call(1, [clock.now_ms(), "not a number", b"h", b"d", 10_000]), call(2),
+        return_exceptions=True,
+    )  # fmt: skip
+    assert results[0] == 1 and results[2] == 1
+    assert isinstance(results[1], redis.exceptions.ResponseError)
+    assert await asyncio.gather(call(3), call(4)) == [1, 1]
+    assert await aredis.xlen(STREAM) == 4
+
+
+async def test_a_batch_on_a_connection_redis_dropped_is_answered(aredis, redis_url) -> None:
+    """Redis closed the pooled connection between two batches (a restart, a timeout): every
+    caller of the next batch is answered (the pool reconnects; a connection that fails under
+    the batch sends it again through redis-py's pipeline, whose retry reconnects)."""
+    await ready_worker(aredis)
+    script = CoalescedScript(aredis, ENQUEUE_LUA)
+
+    def call(n: int):  # type: ignore[no-untyped-def]
+        return script(
+            [READY, STREAM, keys.admitted(MODEL, f"k{n}")],
+            [clock.now_ms(), 30, *payload(n), 10_000],
+        )
+
+    if redis_url.startswith("redis+cluster"):
+        pytest.skip("a single Redis's connection (a cluster client keeps redis-py's pipeline)")
+    assert await call(0) == 1
+    # Every other client's connection, the pooled ones included (this command's own stays).
+    killer = aioredis.Redis.from_url(redis_url)
+    try:
+        await killer.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    finally:
+        await killer.aclose()
+    assert await asyncio.gather(*(call(n) for n in range(1, 6))) == [1] * 5
+    assert await aredis.xlen(STREAM) == 6

@@ -328,3 +328,48 @@ def test_raw_binary_request_for_a_variable_shape_input_is_rejected() -> None:
     )
     message = rejected(config, raw(b"\x00" * 8))
     assert "'T'" in message and "fixed dims" in message
+
+
+# --- the checks remembered per config (gateway.validation._checked_inputs) ---------------------
+
+
+def test_remembered_checks_answer_as_the_first_and_refuse_what_differs() -> None:
+    """A model's second request of the same names, datatypes and shapes takes the remembered
+    answer (the same tensors, in the config's order); any difference is checked afresh."""
+    a, b = simple_inputs(batch=2)
+    first = validate(SIMPLE, request(b, a))
+    again_b, again_a = (
+        tensor("INPUT1", np.ones((2, 16), np.int32)),
+        tensor("INPUT0", np.zeros((2, 16), np.int32)),
+    )
+    second = validate(SIMPLE, request(again_b, again_a))
+    assert [t.name for t in first.inputs] == [t.name for t in second.inputs] == ["INPUT0", "INPUT1"]
+    assert second.inputs[0] is again_a and second.inputs[1] is again_b
+    assert (second.batch_size, second.shape_sig) == (first.batch_size, first.shape_sig)
+    wide = tensor("INPUT0", np.zeros((2, 17), np.int32))
+    assert "unexpected shape for input 'INPUT0'" in rejected(SIMPLE, request(wide, again_b))
+    floats = tensor("INPUT0", np.zeros((2, 16), np.float32))
+    assert "data-type is 'FP32'" in rejected(SIMPLE, request(floats, again_b))
+    assert "batch-size must be <= 8" in rejected(
+        SIMPLE, request(*simple_inputs(batch=9))
+    )  # fmt: skip
+    for _ in range(2):  # a refusal is not remembered: it is refused every time
+        assert "missing required input(s) ['INPUT1']" in rejected(SIMPLE, request(a))
+
+
+def test_a_changed_config_is_checked_afresh() -> None:
+    a, b = simple_inputs()
+    assert validate(SIMPLE, request(a, b)).batch_size == 1
+    narrower = parse_pbtxt(
+        """
+        name: "simple"
+        platform: "onnxruntime_onnx"
+        max_batch_size: 8
+        input [
+          { name: "INPUT0" data_type: TYPE_INT32 dims: [ 8 ] },
+          { name: "INPUT1" data_type: TYPE_INT32 dims: [ 8 ] }
+        ]
+        output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 8 ] } ]
+        """
+    )
+    assert "Expected [-1,8], got [1,16]" in rejected(narrower, request(a, b))

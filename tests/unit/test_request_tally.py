@@ -1,0 +1,103 @@
+"""A gateway process's per-request metrics, written once per loop turn
+(``gateway.request_tally``): the same series as one write per request, and nothing lost."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.request_tally import RequestTally, observe_many
+from shared import metrics
+from shared.metrics.families import LATENCY_BUCKETS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# On bucket bounds, between them, zero, beyond the last bound (+Inf), repeated.
+AMOUNTS = [0.0, 0.0005, 0.0005, 0.0006, 0.001, 0.0042, 0.0042, 0.01, 0.3, 7.0, 31.0, 100.0]
+
+
+def _samples(histogram: Histogram) -> list[tuple[str, dict[str, str], float]]:
+    return [
+        (s.name, s.labels, s.value)
+        for f in histogram.collect()
+        for s in f.samples
+        if not s.name.endswith("_created")
+    ]
+
+
+def test_observing_in_bulk_reads_as_observing_one_by_one() -> None:
+    registry = CollectorRegistry()
+    one = Histogram("one_by_one", "d", ["m"], buckets=LATENCY_BUCKETS, registry=registry)
+    bulk = Histogram("in_bulk", "d", ["m"], buckets=LATENCY_BUCKETS, registry=registry)
+    for amount in AMOUNTS:
+        one.labels("x").observe(amount)
+    observe_many(bulk.labels("x"), AMOUNTS)
+    observe_many(bulk.labels("x"), [0.002])  # a lone amount takes observe itself
+    one.labels("x").observe(0.002)
+    named = [(n.replace("one_by_one", "h"), labels, v) for n, labels, v in _samples(one)]
+    assert named == [(n.replace("in_bulk", "h"), labels, v) for n, labels, v in _samples(bulk)]
+
+
+def _value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_a_turns_requests_are_written_at_its_end_and_none_is_lost() -> None:
+    tally = RequestTally()
+    ok = {"model": "tally_m", "version": "1", "arm": "routed", "code": "OK"}
+    hist = {"model": "tally_m", "version": "1"}
+    before_ok = _value("conch_gateway_requests_total", **ok)
+    before_count = _value("conch_request_duration_seconds_count", **hist)
+    for seconds in (0.001, 0.004, 0.2):
+        tally.record("tally_m", 1, "routed", "OK", seconds)
+    tally.record("tally_m", 1, "pinned", "INTERNAL", 0.003)
+    assert _value("conch_gateway_requests_total", **ok) == before_ok  # not yet: same turn
+    await asyncio.sleep(0)
+    assert _value("conch_gateway_requests_total", **ok) == before_ok + 3
+    failed = {**ok, "arm": "pinned", "code": "INTERNAL"}
+    assert _value("conch_gateway_requests_total", **failed) == 1
+    assert _value("conch_request_duration_seconds_count", **hist) == before_count + 4
+    tally.record("tally_m", 1, "routed", "OK", 0.001)  # the next turn's first schedules again
+    await asyncio.sleep(0)
+    assert _value("conch_gateway_requests_total", **ok) == before_ok + 4
+
+
+def test_without_a_running_loop_a_request_is_written_at_once() -> None:
+    tally = RequestTally()
+    labels = {"model": "tally_sync", "version": "2", "arm": "routed", "code": "OK"}
+    tally.record("tally_sync", 2, "routed", "OK", 0.01)
+    assert _value("conch_gateway_requests_total", **labels) == 1
+
+
+_CHILD = """
+import asyncio, sys
+from gateway.request_tally import record_request
+async def main():
+    for n in range(int(sys.argv[1])):
+        record_request("mp_t", 1, "routed", "OK", 0.001 * n)
+    await asyncio.sleep(0)
+asyncio.run(main())
+"""
+
+
+def test_gateway_processes_tallies_are_summed_in_multiprocess_mode(tmp_path: Path) -> None:
+    env = {**os.environ, metrics.MULTIPROC_ENV: str(tmp_path), "PYTHONPATH": str(ROOT)}
+    for count in (3, 5):
+        subprocess.run([sys.executable, "-c", _CHILD, str(count)], env=env, check=True)
+    reader = "from shared import metrics; print(metrics.exposition().decode())"
+    out = subprocess.run(
+        [sys.executable, "-c", reader], env=env, check=True, capture_output=True, text=True
+    ).stdout
+    families = {f.name: f for f in text_string_to_metric_families(out)}
+    requests = families["conch_gateway_requests"].samples
+    assert [s.value for s in requests if s.name == "conch_gateway_requests_total"] == [8.0]
+    duration = families["conch_request_duration_seconds"].samples
+    assert [s.value for s in duration if s.name.endswith("_count")] == [8.0]
+    up_to_2ms = [s.value for s in duration if s.labels.get("le") == "0.002"]
+    assert up_to_2ms == [6.0]  # 0, 1, 2 ms of each process (buckets are cumulative)
