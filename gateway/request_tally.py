@@ -44,18 +44,26 @@ def observe_many(histogram: Any, amounts: list[float]) -> None:
 class RequestTally:
     def __init__(self) -> None:
         self._answers: list[Answer] = []
+        # The loop a flush is scheduled on. Compared by identity, so that answers left by a
+        # loop that closed before its flush ran (tests run many loops in one process) go out
+        # with the next loop's.
+        self._scheduled: asyncio.AbstractEventLoop | None = None
 
     def record(self, model: str, version: int, arm: str, code: str, seconds: float) -> None:
         """One inference request answered (code "OK" or an error code), written at the end of
         this loop turn (at once when no loop runs)."""
         self._answers.append((model, version, arm, code, seconds))
-        if len(self._answers) == 1:
-            try:
-                asyncio.get_running_loop().call_soon(self.flush)
-            except RuntimeError:
-                self.flush()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        if self._scheduled is not loop:
+            self._scheduled = loop
+            loop.call_soon(self.flush)
 
     def flush(self) -> None:
+        self._scheduled = None
         answers, self._answers = self._answers, []
         if not answers:
             return

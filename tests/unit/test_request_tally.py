@@ -75,6 +75,23 @@ def test_without_a_running_loop_a_request_is_written_at_once() -> None:
     assert _value("conch_gateway_requests_total", **labels) == 1
 
 
+def test_answers_left_by_a_loop_that_closed_go_out_with_the_next_loops() -> None:
+    tally = RequestTally()
+    labels = {"model": "tally_loops", "version": "1", "arm": "routed", "code": "OK"}
+
+    async def answer() -> None:
+        tally.record("tally_loops", 1, "routed", "OK", 0.01)
+
+    loop = asyncio.new_event_loop()
+    loop.call_soon(tally.record, "tally_loops", 1, "routed", "OK", 0.01)
+    loop.call_soon(loop.stop)  # the loop stops in the turn of the answer, before its flush
+    loop.run_forever()
+    loop.close()
+    assert _value("conch_gateway_requests_total", **labels) == 0
+    asyncio.run(answer())
+    assert _value("conch_gateway_requests_total", **labels) == 2
+
+
 _CHILD = """
 import asyncio, sys
 from gateway.request_tally import record_request
