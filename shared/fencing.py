@@ -77,14 +77,24 @@ FENCED_ACK_MANY_LUA = ack_many_lua("fail_count")
 # stream: how many ids, the ids. All or nothing: when every request entry is still this
 # consumer's, the batch is added and the entries acked and deleted, and the batch stream's
 # length is returned as {length}; otherwise nothing is written and {-1, index, id, ...} names
-# the entries that are not (index: 1 for the first request stream).
+# the entries that are not (index: 1 for the first request stream). Ownership is read with one
+# XPENDING over the range from a stream's first id to its last (the ids come in stream order
+# when the batch takes its requests in arrival order), limited to this consumer and to as many
+# entries as were named; an id that range did not list (ids out of order, or other entries of
+# this consumer in between) is asked about alone.
 DISPATCH_LUA = """
 local missing = {-1}
 local at = 4
 for k = 2, #KEYS do
   local n = tonumber(ARGV[at])
+  local listed = {}
+  if n > 1 then
+    local rows = redis.call('XPENDING', KEYS[k], ARGV[1], ARGV[at + 1], ARGV[at + n], n, ARGV[2])
+    for _, row in ipairs(rows) do listed[row[1]] = true end
+  end
   for i = at + 1, at + n do
-    if #redis.call('XPENDING', KEYS[k], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2]) == 0 then
+    if not listed[ARGV[i]]
+        and #redis.call('XPENDING', KEYS[k], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2]) == 0 then
       missing[#missing + 1] = k - 1
       missing[#missing + 1] = ARGV[i]
     end

@@ -328,6 +328,30 @@ async def test_a_held_request_still_expires(harness, aredis) -> None:
     assert await h.batch_ids() == [["first"]]
 
 
+async def test_a_request_arriving_while_held_wakes_the_queue_only_to_expire_it(
+    harness, aredis
+) -> None:
+    """While a batch is held for capacity, arrivals do not wake the step (they only grow the
+    batch) unless they fall due before the held wait ends: here the poll is 30 s away, and the
+    request whose deadline is 100 ms away is still answered at its deadline."""
+    h = harness(model_config(max_batch_size=8), queued_per_instance=0, backlog_poll_us=30_000_000)
+    await h.submit("first")
+    h.start()
+    await h.wait_batches(1)
+    await h.submit("patient")
+    await asyncio.sleep(0.05)
+    await h.submit("doomed", deadline_in_ms=100)
+    [reply] = await h.wait_replies(1, within=5.0)
+    assert (reply.id, reply.error_code) == ("doomed", ErrorCode.UNAVAILABLE.value)
+    assert await h.batch_ids() == [["first"]]
+    assert await h.still_queued("patient")
+    [(first_id, _)] = await aredis.xrange(h.queue.batch_stream)
+    await aredis.xdel(h.queue.batch_stream, first_id)
+    h.queue.on_batch_done()  # the worker's announcement
+    got = await eventually(h.batch_ids, lambda b: len(b) >= 1 and b[0] != ["first"])
+    assert got == [["patient"]]
+
+
 async def test_a_new_queue_respects_a_backlog_already_in_the_stream(harness, aredis) -> None:
     h = harness(model_config(max_batch_size=8), queued_per_instance=0)
     await aredis.xadd(h.queue.batch_stream, {keys.FIELD_DATA: b"a batch a worker has not taken"})
