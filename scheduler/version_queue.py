@@ -25,7 +25,6 @@ from scheduler.batcher import BatchPolicy, decide
 from scheduler.cancels import answer_cancelled
 from scheduler.dispatch import new_batch, send, trace_queued
 from scheduler.error_answers import answer_errors
-from scheduler.expiry import queue_timeout_at
 from scheduler.pending import Pending, PendingRequests
 from shared import keys, metrics, tracing
 from shared.envelope import RequestHeader
@@ -33,11 +32,6 @@ from shared.errors import ErrorCode
 from shared.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
-
-
-def _due_ms(header: RequestHeader) -> float:
-    """When a request falls due in the queue (epoch ms): its deadline or queue timeout."""
-    return min(header.deadline_ms, queue_timeout_at(header) or header.deadline_ms)
 
 
 def policy_for(config: ModelConfig) -> BatchPolicy:
@@ -73,9 +67,6 @@ class VersionQueue:
         self.batch_stream = keys.batch_stream(self.model, version)
         self._pending = PendingRequests()
         self._arrived = asyncio.Event()
-        # While a batch is held back for capacity: when that wait ends (epoch ms). Arrivals
-        # only grow the held batch, so they wake the step only when due before then (``add``).
-        self._held_until_ms: float | None = None
         self._backlog = 0
         self._backlog_poll_s = backlog_poll_us / 1e6
         self._synced_us = 0.0
@@ -110,8 +101,6 @@ class VersionQueue:
         if self._pending.add(header, stream, entry_id, data):
             if self.was_cancelled is not None and self.was_cancelled(header.id):
                 self._cancels.add(header.id)
-            elif (until := self._held_until_ms) is not None and _due_ms(header) >= until:
-                return  # held: the batch grows, and the step wakes for capacity anyway
             self._arrived.set()
 
     def cancel(self, request_id: str) -> None:
@@ -191,13 +180,8 @@ class VersionQueue:
         if timeout is None:
             await self._arrived.wait()
             return
-        self._held_until_ms = time.time() * 1000 + timeout * 1000 if held else None
-        try:  # asyncio.timeout: no task per wait, as wait_for made
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await self._arrived.wait()
-        finally:
-            self._held_until_ms = None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._arrived.wait(), timeout)
 
     def on_batch_done(self) -> None:
         """A worker finished a batch of this version: one more may be sent."""

@@ -328,12 +328,10 @@ async def test_a_held_request_still_expires(harness, aredis) -> None:
     assert await h.batch_ids() == [["first"]]
 
 
-async def test_a_request_arriving_while_held_wakes_the_queue_only_to_expire_it(
-    harness, aredis
-) -> None:
-    """While a batch is held for capacity, arrivals do not wake the step (they only grow the
-    batch) unless they fall due before the held wait ends: here the poll is 30 s away, and the
-    request whose deadline is 100 ms away is still answered at its deadline."""
+async def test_a_request_arriving_while_held_expires_at_its_deadline(harness, aredis) -> None:
+    """A batch is held for capacity with the backlog poll 30 s away: a request due in 100 ms
+    that arrives meanwhile is answered at its deadline, and the rest of the held batch goes when
+    the finished batch is announced."""
     h = harness(model_config(max_batch_size=8), queued_per_instance=0, backlog_poll_us=30_000_000)
     await h.submit("first")
     h.start()
