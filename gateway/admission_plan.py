@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared import keys
-from shared.admission_script import AdmissionCall
+from shared.admission_script import AdmissionCall, admission_args, direct_keys
 from shared.direct_path import direct_levels
 from shared.model_config import ModelConfig
 from shared.queue_ticket import QueueTicket, queue_ticket
@@ -30,14 +30,7 @@ class AdmissionPlan:
         self.version = version
         self.ready = keys.ready(config.name, version)
         self._streams: dict[int, str] = {}
-        levels = direct_levels(config, direct)
-        self._after: list[str] = []
-        if levels:
-            self._after = [
-                keys.batch_stream(config.name, version),
-                keys.stats(config.name, version),
-                *(keys.request_stream(config.name, version, level) for level in levels),
-            ]
+        self._after = direct_keys(config.name, version, direct_levels(config, direct))
         self._tickets: dict[int, QueueTicket] = {}
 
     def ticket(self, parameters: dict[str, Any], default_priority: int) -> QueueTicket:
@@ -72,7 +65,7 @@ class AdmissionPlan:
             )
         return AdmissionCall(
             keys=[self.ready, stream, keys.admitted(self.model, request_id), *self._after],
-            args=[now_ms - gone_ms, max_queue_size, header, data, max(1, deadline_ms - now_ms)],
+            args=admission_args(now_ms, deadline_ms, gone_ms, max_queue_size, header, data),
         )
 
 

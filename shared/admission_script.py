@@ -93,10 +93,26 @@ def admission_call(
         keys.request_stream(model, version, priority),
         keys.admitted(model, request_id),
     ]
-    if direct_levels:
-        script_keys.extend((keys.batch_stream(model, version), keys.stats(model, version)))
-        script_keys.extend(keys.request_stream(model, version, level) for level in direct_levels)
+    script_keys.extend(direct_keys(model, version, direct_levels))
     return AdmissionCall(
         keys=script_keys,
-        args=[now_ms - gone_ms, max_queue_size, header, data, max(1, deadline_ms - now_ms)],
+        args=admission_args(now_ms, deadline_ms, gone_ms, max_queue_size, header, data),
     )
+
+
+def direct_keys(model: str, version: int, direct_levels: Sequence[int]) -> list[str]:
+    """The keys after the first three that the direct path needs (none without it)."""
+    if not direct_levels:
+        return []
+    return [
+        keys.batch_stream(model, version),
+        keys.stats(model, version),
+        *(keys.request_stream(model, version, level) for level in direct_levels),
+    ]
+
+
+def admission_args(
+    now_ms: int, deadline_ms: int, gone_ms: int, max_queue_size: int, header: bytes, data: bytes
+) -> list[object]:
+    """The script's ARGV for one request."""
+    return [now_ms - gone_ms, max_queue_size, header, data, max(1, deadline_ms - now_ms)]
