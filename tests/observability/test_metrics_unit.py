@@ -4,8 +4,6 @@ aggregation, the counters behind the statistics extension, and trace propagation
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import msgspec
@@ -13,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared import envelope, metrics, tracing
+from tests.multiprocess_metrics import families_after_children
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,6 +87,7 @@ def test_label_children_are_cached() -> None:
 _CHILD = """
 import sys
 from shared import metrics
+from tests.multiprocess_metrics import families_after_children
 for _ in range(int(sys.argv[1])):
     metrics.record_request("mp", 1, "routed", "OK", 0.004)
 metrics.record_rejected("acme", "mp", "rate_limited")
@@ -95,14 +95,7 @@ metrics.record_rejected("acme", "mp", "rate_limited")
 
 
 def test_gateway_processes_are_summed_in_multiprocess_mode(tmp_path: Path) -> None:
-    env = {**os.environ, metrics.MULTIPROC_ENV: str(tmp_path), "PYTHONPATH": str(ROOT)}
-    for count in (3, 5):
-        subprocess.run([sys.executable, "-c", _CHILD, str(count)], env=env, check=True)
-    reader = "from shared import metrics; print(metrics.exposition().decode())"
-    out = subprocess.run(
-        [sys.executable, "-c", reader], env=env, check=True, capture_output=True, text=True
-    ).stdout
-    families = {f.name: f for f in text_string_to_metric_families(out)}
+    families = families_after_children(_CHILD, (3, 5), tmp_path)
     requests = families["conch_gateway_requests"].samples
     assert [s.value for s in requests if s.name == "conch_gateway_requests_total"] == [8.0]
     duration = families["conch_request_duration_seconds"].samples

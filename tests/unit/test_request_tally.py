@@ -4,17 +4,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.request_tally import RequestTally, observe_many
-from shared import metrics
 from shared.metrics.families import LATENCY_BUCKETS
+from tests.multiprocess_metrics import families_after_children
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,14 +100,7 @@ asyncio.run(main())
 
 
 def test_gateway_processes_tallies_are_summed_in_multiprocess_mode(tmp_path: Path) -> None:
-    env = {**os.environ, metrics.MULTIPROC_ENV: str(tmp_path), "PYTHONPATH": str(ROOT)}
-    for count in (3, 5):
-        subprocess.run([sys.executable, "-c", _CHILD, str(count)], env=env, check=True)
-    reader = "from shared import metrics; print(metrics.exposition().decode())"
-    out = subprocess.run(
-        [sys.executable, "-c", reader], env=env, check=True, capture_output=True, text=True
-    ).stdout
-    families = {f.name: f for f in text_string_to_metric_families(out)}
+    families = families_after_children(_CHILD, (3, 5), tmp_path)
     requests = families["conch_gateway_requests"].samples
     assert [s.value for s in requests if s.name == "conch_gateway_requests_total"] == [8.0]
     duration = families["conch_request_duration_seconds"].samples
