@@ -25,7 +25,7 @@ def _check(report_failures: dict[str, int], extra_keys: list[str], summary: str)
 
 @pytest.mark.timeout(600)
 def test_soak_short(chaos_mesh: ChaosMesh) -> None:
-    report = run_soak(chaos_mesh, total=2_000, rate=40, fault_gap_s=15, seed=3)
+    report = run_soak(chaos_mesh, total=2_000, rate=60, fault_gap_s=8, seed=3)
     assert len(report.faults) >= 2
     summary = f"{report.verdict.summary()}\n{report.verdict.examples}\nfaults {report.faults}"
     _check(report.verdict.failures, report.extra_keys, summary)

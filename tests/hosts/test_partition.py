@@ -108,7 +108,7 @@ def test_a_worker_cut_off_from_redis_is_reclaimed_and_its_late_result_dropped(
     out = tmp_path / "answers.json"
     client = mesh.lab.spawn(
         "client",
-        [sys.executable, "-m", "tests.hosts.client", mesh.url, "nap", "30", "8", str(out)],
+        [sys.executable, "-m", "tests.hosts.client", mesh.url, "nap", "18", "8", str(out)],
         {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         tmp_path / "client.log",
     )
@@ -123,7 +123,13 @@ def test_a_worker_cut_off_from_redis_is_reclaimed_and_its_late_result_dropped(
                 break
             mesh.lab.heal("w1")
     assert held, "w1 never held a batch to cut it off with"
-    time.sleep(10)
+    # Healed once w2 has taken w1's batch over (about the 3 s dead bound), not after a fixed
+    # wait: the late result w1 then publishes is the one that must be dropped.
+    taken_over = time.monotonic() + 30
+    while time.monotonic() < taken_over:
+        if _metric(mesh, "w2", "conch_stream_entries_redelivered_total") >= 1:
+            break
+        time.sleep(0.5)
     mesh.lab.heal("w1")
     client.wait(timeout=120)
     answers = json.loads(out.read_text())
