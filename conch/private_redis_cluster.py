@@ -103,6 +103,9 @@ class PrivateRedisCluster:
                 f"node {node.port} could not become a replica",
             )
         self._wait(deadline, self._healthy, "the cluster did not reach cluster_state:ok")
+        # Until its first full sync a replica holds nothing: a master lost then would leave its
+        # slots to an empty replica, and every WAIT would run into its timeout.
+        self._wait(deadline, self._replicas_synced, "the replicas did not finish their first sync")
         return self
 
     def _spawn(self, node: ClusterNode) -> None:
@@ -121,6 +124,9 @@ class PrivateRedisCluster:
             "--daemonize", "no",
             "--loglevel", "warning",
             "--protected-mode", "no",
+            # Redis waits 5 s by default before a diskless full sync, for more replicas to
+            # share it; each master here has its replicas from the start.
+            "--repl-diskless-sync-delay", "0",
             *self.extra_args,
         ]  # fmt: skip
         # A new log per start: a retried start is judged by its own lines only.
@@ -178,6 +184,13 @@ class PrivateRedisCluster:
     @staticmethod
     def _replicate(node: ClusterNode, master: ClusterNode) -> bool:
         node.client().execute_command("CLUSTER", "REPLICATE", master.node_id)
+        return True
+
+    def _replicas_synced(self) -> bool:
+        for node in self.nodes[self.masters :]:
+            info = node.client().info("replication")
+            if info.get("master_link_status") != "up" or info.get("master_sync_in_progress"):
+                return False
         return True
 
     def _healthy(self) -> bool:
