@@ -1,13 +1,16 @@
-"""A private Redis whose chosen port is taken before it binds starts on another one.
+"""Starting the private Redis and the private Redis Cluster: what a started one must be.
 
-CI failed once this way: the Redis-Cluster subset's node was given a free port that another
+A private Redis whose chosen port is taken before it binds starts on another one. CI failed once
+this way: the Redis-Cluster subset's node was given a free port that another
 process took before the node bound it, and the whole subset errored at setup.
 """
 
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -77,3 +80,27 @@ def test_cluster_node_moves_to_new_ports_when_its_port_was_taken(taken_port: int
 def test_free_port_does_not_hand_out_a_port_twice_in_a_row_of_choices() -> None:
     ports = [free_port() for _ in range(200)]
     assert len(set(ports)) == len(ports)
+
+
+def test_a_started_cluster_has_every_replica_synced() -> None:
+    """A write acknowledged by ``WAIT 1`` at once on every master: before, the replicas were
+    still waiting out Redis's 5 s diskless-sync delay, so a master killed early left an empty
+    replica, and WAIT ran into its timeout."""
+    cluster = PrivateRedisCluster(masters=3, replicas=1).start()
+    try:
+        for master in cluster.nodes[:3]:
+            client = master.client()
+            key = next(f"k{i}" for i in range(10_000) if cluster.master_for(f"k{i}") is master)
+            client.set(key, "value")
+            started = time.monotonic()
+            assert client.execute_command("WAIT", 1, 2000) == 1
+            assert time.monotonic() - started < 1.0
+    finally:
+        cluster.stop()
+
+
+def test_free_port_is_outside_the_range_outgoing_connections_take_theirs_from() -> None:
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    if low < 11_000:
+        pytest.skip(f"no room below this machine's ephemeral range {low}-{high}")
+    assert all(not low <= free_port() <= high for _ in range(50))
