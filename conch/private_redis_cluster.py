@@ -19,13 +19,11 @@ from pathlib import Path
 
 import redis
 
-from conch.ports import free_port, lost_port_race
+from conch.ports import PORT_RACE_RETRIES, free_port, lost_port_race
 from conch.private_redis import find_binary
 from shared.errors import ConchError, ErrorCode
 
 SLOTS = 16384
-# Starts of one node whose freshly chosen ports were taken before it bound them.
-PORT_RACE_RETRIES = 5
 # Redis's default is 15 s; 5 s makes a failover of the local cluster take a few seconds
 # (docs/scaling.md has the figures and the trade-off).
 DEFAULT_NODE_TIMEOUT_MS = 5000
