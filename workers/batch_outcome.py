@@ -65,7 +65,11 @@ class Outcome:
             keys.WORKER_GROUP,
             self.worker,
             self.entry.entry_id,
-            keys.batch_done_channel(self.model, self.version),
+            # A direct request was never the scheduler's to count: telling it would only wake
+            # it, once a request at c=1 (its backlog counts the batches it dispatched).
+            ""
+            if self.direct_level is not None
+            else keys.batch_done_channel(self.model, self.version),
             self.stats,
             int(self.now_ms),
             len(self.requests),
