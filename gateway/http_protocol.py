@@ -27,8 +27,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from gateway.fastpath import FastInferApp, infer_route
-from gateway.rest_infer import BINARY, JSON, RestResponse
+from gateway.fastpath import FastInferApp, infer_route, response_headers
+from gateway.rest_infer import RestResponse
 
 log = logging.getLogger(__name__)
 
@@ -104,20 +104,12 @@ def _write_response(cycle: Any, response: RestResponse) -> None:
     """The whole response in one write (a plain function: no coroutine per response)."""
     if cycle.disconnected:
         return
-    body = response.body
     parts = [STATUS_LINE[response.status]]
-    for name, value in cycle.default_headers:
+    for name, value in [*cycle.default_headers, *response_headers(response)]:
         parts += [name, b": ", value, b"\r\n"]
-    parts += [
-        _CONTENT_TYPES.get(response.content_type)
-        or b"content-type: " + response.content_type.encode("latin-1") + b"\r\n",
-        b"content-length: %d\r\n" % len(body),
-    ]
-    for name, value in response.headers.items():
-        parts += [name.lower().encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n"]
     if not cycle.keep_alive:
         parts.append(b"connection: close\r\n")
-    parts += [b"\r\n", body]
+    parts += [b"\r\n", response.body]
     cycle.transport.write(b"".join(parts))
     cycle.response_started = True
     cycle.response_complete = True
@@ -125,12 +117,6 @@ def _write_response(cycle: Any, response: RestResponse) -> None:
     if not cycle.keep_alive:
         cycle.transport.close()
     cycle.on_response()
-
-
-_CONTENT_TYPES = {
-    JSON: b"content-type: " + JSON.encode() + b"\r\n",
-    BINARY: b"content-type: " + BINARY.encode() + b"\r\n",
-}
 
 
 __all__ = ["InferHttpProtocol"]

@@ -27,3 +27,14 @@ def families_after_children(child: str, counts: tuple[int, ...], directory: Path
         [sys.executable, "-c", reader], env=env, check=True, capture_output=True, text=True
     ).stdout
     return {f.name: f for f in text_string_to_metric_families(out)}
+
+
+def gateway_request_counts(families: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """The values of the gateway's request counters and of its duration histograms' counts,
+    one per series: what every gateway process's answered requests add up to."""
+    requests = families["conch_gateway_requests"].samples
+    duration = families["conch_request_duration_seconds"].samples
+    return (
+        [s.value for s in requests if s.name == "conch_gateway_requests_total"],
+        [s.value for s in duration if s.name.endswith("_count")],
+    )

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared import envelope, metrics, tracing
-from tests.multiprocess_metrics import families_after_children
+from tests.multiprocess_metrics import families_after_children, gateway_request_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,7 +87,6 @@ def test_label_children_are_cached() -> None:
 _CHILD = """
 import sys
 from shared import metrics
-from tests.multiprocess_metrics import families_after_children
 for _ in range(int(sys.argv[1])):
     metrics.record_request("mp", 1, "routed", "OK", 0.004)
 metrics.record_rejected("acme", "mp", "rate_limited")
@@ -96,10 +95,7 @@ metrics.record_rejected("acme", "mp", "rate_limited")
 
 def test_gateway_processes_are_summed_in_multiprocess_mode(tmp_path: Path) -> None:
     families = families_after_children(_CHILD, (3, 5), tmp_path)
-    requests = families["conch_gateway_requests"].samples
-    assert [s.value for s in requests if s.name == "conch_gateway_requests_total"] == [8.0]
-    duration = families["conch_request_duration_seconds"].samples
-    assert [s.value for s in duration if s.name.endswith("_count")] == [8.0]
+    assert gateway_request_counts(families) == ([8.0], [8.0])
     rejected = families["conch_requests_rejected"].samples
     assert [(s.labels["tenant"], s.value) for s in rejected if s.name.endswith("_total")] == [
         ("acme", 2.0)

@@ -18,8 +18,7 @@ from shared.errors import ConchError, ErrorCode
 from shared.model_config import ModelConfig, parse_pbtxt
 
 # Triton's `simple` model: two INT32 [16] inputs, two outputs, batching up to 8.
-SIMPLE = parse_pbtxt(
-    """
+SIMPLE_PBTXT = """
     name: "simple"
     platform: "onnxruntime_onnx"
     max_batch_size: 8
@@ -33,7 +32,7 @@ SIMPLE = parse_pbtxt(
     ]
     dynamic_batching { }
     """
-)
+SIMPLE = parse_pbtxt(SIMPLE_PBTXT)
 
 # No batching, a variable dimension, and one FP32 input.
 NOBATCH = parse_pbtxt(
@@ -360,16 +359,5 @@ def test_remembered_checks_answer_as_the_first_and_refuse_what_differs() -> None
 def test_a_changed_config_is_checked_afresh() -> None:
     a, b = simple_inputs()
     assert validate(SIMPLE, request(a, b)).batch_size == 1
-    narrower = parse_pbtxt(
-        """
-        name: "simple"
-        platform: "onnxruntime_onnx"
-        max_batch_size: 8
-        input [
-          { name: "INPUT0" data_type: TYPE_INT32 dims: [ 8 ] },
-          { name: "INPUT1" data_type: TYPE_INT32 dims: [ 8 ] }
-        ]
-        output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 8 ] } ]
-        """
-    )
+    narrower = parse_pbtxt(SIMPLE_PBTXT.replace("dims: [ 16 ]", "dims: [ 8 ]"))
     assert "Expected [-1,8], got [1,16]" in rejected(narrower, request(a, b))
