@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--secs", type=float, default=8.0)
     parser.add_argument("--idle-secs", type=float, default=10.0)
-    parser.add_argument("--out", default="alternate_loadgen.jsonl")
+    parser.add_argument("--out", default="bench-results/alternate_loadgen.jsonl")
     args = parser.parse_args(argv)
     cells = args.cells.split()
     meshes: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                         idle[side],
                     )
                     rows.append(row)
+                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
                     with open(args.out, "a") as out:
                         out.write(json.dumps(row) + "\n")
                     print(*row.values(), flush=True)
