@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-secs", type=float, default=10.0)
     parser.add_argument("--out", default="bench-results/alternate_loadgen.jsonl")
     args = parser.parse_args(argv)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     cells = args.cells.split()
     meshes: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     rows: list[dict[str, Any]] = []
@@ -155,7 +156,6 @@ def main(argv: list[str] | None = None) -> int:
                         idle[side],
                     )
                     rows.append(row)
-                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
                     with open(args.out, "a") as out:
                         out.write(json.dumps(row) + "\n")
                     print(*row.values(), flush=True)
