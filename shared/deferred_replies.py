@@ -16,7 +16,9 @@ relies on.
 
 from __future__ import annotations
 
+import select
 import socket
+import ssl
 from typing import Any
 
 import redis
@@ -62,11 +64,18 @@ class DeferredPipeline:
         sock = self._conn._sock
         if sock is None:
             return True  # nothing to wait for: settle reports the lost connection
+        if isinstance(sock, ssl.SSLSocket):
+            return False  # its bytes cannot be counted
+        # A socket with a timeout (redis-py's always has one) waits up to that timeout for data
+        # before any recv, MSG_DONTWAIT or not: on an event loop that is a frozen process. The
+        # poll answers at once; a readable socket's peek then returns at once too.
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        if not poller.poll(0):
+            return False
         try:
             data = sock.recv(65536, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except BlockingIOError:
-            return False
-        except ValueError:  # an SSL socket takes no flags
             return False
         except OSError:
             return True  # settle reads the error

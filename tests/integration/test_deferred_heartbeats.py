@@ -27,6 +27,7 @@ from shared.clock import now_ms
 from shared.deferred_replies import DeferredPipeline, commands_of
 from shared.heartbeat_thread import HeartbeatThread
 from tests import delay_proxy
+from tests.tcp_proxy import TcpProxy
 
 TTL_MS = 3_000  # the contract's TTL
 INTERVAL_MS = 200  # beats much more often than the contract's 1 s, so the test is short
@@ -69,6 +70,31 @@ def test_a_beat_is_read_at_the_next_one_and_errors_surface_there(redis_url: str)
     finally:
         deferred.close()
         check.close()
+
+
+def test_a_stalled_beat_is_not_ready_and_asking_does_not_block(
+    redis_server: PrivateRedis,
+) -> None:
+    """The gateway asks on its event loop whether a beat's replies are in; asking must answer at
+    once. redis-py's socket has a timeout, and Python waits up to that timeout for data before a
+    recv even with MSG_DONTWAIT: the question froze the loop for 5 s, then answered yes, and the
+    read that followed froze it 5 s more (a request with a 1 s deadline answered after 11 s)."""
+    with TcpProxy.to_redis(redis_server) as proxy:
+        client = redis_conn.sync_client(proxy.url(), name="test-stalled", single_connection=False)
+        deferred = DeferredPipeline(client.connection_pool.make_connection())
+        try:
+            deferred.connect()
+            proxy.stall_all()
+            pipe = client.pipeline(transaction=False)
+            pipe.incr("dr:stalled")
+            deferred.send(commands_of(pipe))
+            started = time.monotonic()
+            ready = deferred.replies_ready()
+            took = time.monotonic() - started
+            assert ready is False
+            assert took < 0.5, f"asking took {took:.2f} s"
+        finally:
+            deferred.close()
 
 
 def _delayed(tcp_url: str, tmp_path: Path, delay_ms: int) -> str:
