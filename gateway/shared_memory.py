@@ -27,6 +27,7 @@ Triton's ``--allow-client-shm``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import mmap
 import os
@@ -136,7 +137,8 @@ class SharedMemoryManager:
         self._check_allowed()
         if not name:
             raise invalid("'region name' is necessary to register cuda shared memory region")
-        if cuda_ipc.runtime() is None:
+        # The first use loads the CUDA runtime (NVML or nvidia-smi, a context): off the loop.
+        if await asyncio.to_thread(cuda_ipc.runtime) is None:
             raise invalid(
                 f"failed to register CUDA shared memory region: '{name}', GPUs not supported"
             )
@@ -148,7 +150,9 @@ class SharedMemoryManager:
         await self._add(name, registration)
 
     async def _add(self, name: str, registration: Registration) -> None:
-        mapping = _map(name, registration)
+        # A file mapped, or a CUDA IPC handle opened (cudaSetDevice, cudaIpcOpenMemHandle): off
+        # the loop, which serves every other request meanwhile.
+        mapping = await asyncio.to_thread(_map, name, registration)
         if not await self._redis.hsetnx(self._key, name, _encode(registration)):
             mapping.close()
             raise ConchError(

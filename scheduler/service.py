@@ -38,6 +38,7 @@ from shared import (
     readiness,
     redis_conn,
     streams,
+    subscription,
 )
 from shared.ensemble_graph import is_ensemble
 from shared.health_http import HealthServer
@@ -252,9 +253,7 @@ class SchedulerService:
                 try:
                     async with await redis_conn.pubsub(client) as pubsub:
                         await pubsub.psubscribe(keys.BATCH_DONE_PATTERN)
-                        async for message in pubsub.listen():
-                            if message.get("type") != "pmessage":
-                                continue
+                        async for message in subscription.published(pubsub):
                             channel = message["channel"]
                             queue = by_channel.get(channel)
                             if queue is None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
-from shared import keys, redis_conn
+from shared import keys, redis_conn, subscription
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +63,7 @@ async def follow(
             pubsub = await redis_conn.pubsub(client)  # a cluster client learns its nodes first
             await pubsub.subscribe(keys.cancel_channel())
             cancelled.listening_since_ms = time.time() * 1000
-            async for message in pubsub.listen():
-                if message.get("type") != "message":
-                    continue
+            async for message in subscription.published(pubsub):
                 data = message.get("data")
                 text = data.decode() if isinstance(data, bytes) else str(data)
                 model, _, request_id = text.partition("\x00")

@@ -23,7 +23,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import keys, redis_conn, ticks
+from shared import keys, redis_conn, subscription, ticks
 
 log = logging.getLogger(__name__)
 
@@ -158,9 +158,7 @@ class ChangeFeed:
                 # Whatever changed while unsubscribed: re-read everything once subscribed.
                 self.kick()
                 self.subscribed.set()
-                async for message in pubsub.listen():
-                    if message.get("type") != "message":
-                        continue
+                async for message in subscription.published(pubsub):
                     self.notices += 1
                     data = message.get("data") or b""
                     text = data.decode() if isinstance(data, bytes) else str(data)

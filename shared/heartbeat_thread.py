@@ -14,9 +14,11 @@ it is held, so that a service that takes it knows every beat computed before has
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from shared import heartbeats, metrics, redis_cluster, redis_conn, ticks
@@ -138,3 +140,24 @@ class _SettlingLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        """Held from an event loop: taken on a thread (the beat in flight may wait seconds on a
+        stalled Redis), and given back even when the waiting task is cancelled (at shutdown)
+        after the thread took it. A plain ``await asyncio.to_thread(lock.acquire)`` cancelled
+        then leaves it held for good: the thread stops beating, and stopping waits forever."""
+        taking = asyncio.ensure_future(asyncio.to_thread(self.acquire))
+        try:
+            await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            taking.add_done_callback(self._release_once_taken)
+            raise
+        try:
+            yield
+        finally:
+            self.release()
+
+    def _release_once_taken(self, taking: asyncio.Future[bool]) -> None:
+        if not taking.cancelled() and taking.exception() is None:
+            self.release()

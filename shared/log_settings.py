@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import redis.asyncio as aioredis
 
-from shared import keys, redis_conn
+from shared import keys, redis_conn, subscription
 from shared.errors import ConchError, ErrorCode, invalid
 
 log = logging.getLogger(__name__)
@@ -117,11 +117,10 @@ async def follow(redis_url: str) -> None:
             found = await read(client)
             if found is not None:
                 apply(found)
-            async for message in pubsub.listen():
-                if message.get("type") == "message":
-                    found = await read(client)
-                    if found is not None:
-                        apply(found)
+            async for _message in subscription.published(pubsub):
+                found = await read(client)
+                if found is not None:
+                    apply(found)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -74,4 +74,5 @@ async def _watched(
             log.debug("could not read cancel keys of a running batch", exc_info=True)
         if cancelled:
             told |= cancelled
-            instance.cancel(sorted(cancelled))
+            # A Python model's cancel is a pipe write that waits behind a batch being sent.
+            await asyncio.to_thread(instance.cancel, sorted(cancelled))

@@ -264,7 +264,8 @@ class StreamBatch:
             if (open_ := self._open.get(request_id)) is not None:
                 open_.cancelled = True
         if cancelled or late:
-            self._instance.cancel(sorted(cancelled | set(late)))
+            # A Python model's cancel is a pipe write that waits behind a batch being sent.
+            await asyncio.to_thread(self._instance.cancel, sorted(cancelled | set(late)))
         for request_id in late:
             error = ConchError(
                 ErrorCode.DEADLINE_EXCEEDED,

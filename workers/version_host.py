@@ -96,19 +96,13 @@ class VersionHost:
 
     async def _leave(self, key: VersionKey) -> LoadedVersion | None:
         """Stop announcing a version: no heartbeat computed before this lands after it."""
-        await asyncio.to_thread(self.heartbeats.lock.acquire)
-        try:
+        async with self.heartbeats.lock.held():
             return self.loaded.pop(key, None)
-        finally:
-            self.heartbeats.lock.release()
 
     async def stop_announcing(self) -> None:
         """Shutting down: keep beating, mark nothing ready any more."""
-        await asyncio.to_thread(self.heartbeats.lock.acquire)
-        try:
+        async with self.heartbeats.lock.held():
             self.announcing = False
-        finally:
-            self.heartbeats.lock.release()
 
     async def announce(self) -> None:
         """Heartbeat, and mark every loaded version ready with its instance count."""
