@@ -10,7 +10,7 @@ So a subscription that has been quiet for ``quiet_s`` is asked a ``PING`` (answe
 subscribed mode too), and one that answers nothing within ``answer_s`` more is declared lost:
 the iterator raises ``redis.ConnectionError`` and the caller's loop subscribes again, as after
 any lost connection. Anything read proves the link, health-check answers included. A quiet mesh
-pays one probe a minute per subscription.
+pays one probe every two minutes per subscription.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import redis
 
 from shared.redis_conn import SOCKET_TIMEOUT_S
 
-QUIET_S = 60.0
+QUIET_S = 120.0
 ANSWER_S = SOCKET_TIMEOUT_S
 _PUBLISHED = frozenset({"message", "pmessage", "smessage"})
 

@@ -24,6 +24,7 @@ from shared.errors import ConchError
 from shared.model_config import parse_pbtxt
 from shared.replies import ReplyRouter
 from tests.tcp_proxy import TcpProxy
+from tests.waiting import until
 
 MODEL = "bounded"
 CONFIG = parse_pbtxt(
@@ -43,15 +44,6 @@ def proxy(redis_server: PrivateRedis, redis_url: str) -> Iterator[TcpProxy]:
         yield running
 
 
-async def _until(condition, within: float) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        if condition():
-            return True
-        await asyncio.sleep(0.02)
-    return condition()
-
-
 async def test_the_reply_reader_replaces_a_half_open_connection_in_seconds(
     proxy: TcpProxy, aredis: aioredis.Redis
 ) -> None:
@@ -59,7 +51,7 @@ async def test_the_reply_reader_replaces_a_half_open_connection_in_seconds(
     reader = asyncio.create_task(router.run())
     try:
         future = router.expect("r1")
-        assert await _until(lambda: proxy.connections >= 1, 5)
+        assert await until(lambda: proxy.connections >= 1, 5)
         await asyncio.sleep(0.3)  # the reader is inside its blocking XREAD
         assert proxy.stall_existing() == 1
         reply = envelope.error_reply("r1", MODEL, 1, "INTERNAL", "late but delivered")

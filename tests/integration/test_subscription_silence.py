@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
 
 import pytest
 import redis
@@ -21,15 +20,7 @@ import redis.asyncio as aioredis
 from conch.private_redis import PrivateRedis
 from shared import cancel_listener, keys, subscription
 from tests.tcp_proxy import TcpProxy
-
-
-async def _until(condition: Callable[[], bool], within: float) -> bool:
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        if condition():
-            return True
-        await asyncio.sleep(0.02)
-    return condition()
+from tests.waiting import until
 
 
 async def _messages(pubsub: object, into: list[bytes], **bounds: float) -> None:
@@ -72,7 +63,7 @@ async def test_a_quiet_healthy_subscription_survives_its_probes_and_hears_later_
         await asyncio.sleep(1.5)  # a dozen probes, each answered
         assert not reading.done(), reading
         await publisher.publish("quiet:test", b"after the quiet")
-        assert await _until(lambda: heard == [b"after the quiet"], 5), heard
+        assert await until(lambda: heard == [b"after the quiet"], 5), heard
         reading.cancel()
     finally:
         await client.aclose()
@@ -91,21 +82,21 @@ async def test_a_cancel_listener_on_a_silent_redis_stops_claiming_to_hear_and_co
         cancelled = cancel_listener.CancelledRequests()
         following = asyncio.create_task(cancel_listener.follow(proxy.url(), cancelled))
         try:
-            assert await _until(lambda: cancelled.listening_since_ms != math.inf, 5)
+            assert await until(lambda: cancelled.listening_since_ms != math.inf, 5)
             await publisher.publish(keys.cancel_channel(), b"m\x00before")
-            assert await _until(lambda: "before" in cancelled, 5)
+            assert await until(lambda: "before" in cancelled, 5)
 
             proxy.stall_all()
             started = time.monotonic()
-            assert await _until(lambda: cancelled.listening_since_ms == math.inf, 5), (
+            assert await until(lambda: cancelled.listening_since_ms == math.inf, 5), (
                 "the listener still claims to hear every cancellation"
             )
             assert time.monotonic() - started < 2.5
 
             proxy.stall_all(False)  # Redis answers new connections again
-            assert await _until(lambda: cancelled.listening_since_ms != math.inf, 10)
+            assert await until(lambda: cancelled.listening_since_ms != math.inf, 10)
             await publisher.publish(keys.cancel_channel(), b"m\x00after")
-            assert await _until(lambda: "after" in cancelled, 5)
+            assert await until(lambda: "after" in cancelled, 5)
         finally:
             following.cancel()
             await asyncio.gather(following, return_exceptions=True)
