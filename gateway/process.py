@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         timeout_graceful_shutdown=graceful_shutdown_s(settings),
     )
     sock = socket.socket(fileno=args.fd)
-    QuietServer(config).run(sockets=[sock])
+    QuietServer(config, process.stopping).run(sockets=[sock])
 
 
 class QuietServer(uvicorn.Server):
@@ -63,8 +63,16 @@ class QuietServer(uvicorn.Server):
     _wake: asyncio.Event | None = None
     _loop: asyncio.AbstractEventLoop | None = None
 
-    async def main_loop(self) -> None:
+    def __init__(self, config: uvicorn.Config, stopping: asyncio.Event):
+        super().__init__(config)
+        # Told of a stop even during the app's start-up (``GatewayProcess.stopping``).
+        self._stopping = stopping
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    async def main_loop(self) -> None:
         self._wake = asyncio.Event()
         counter = 0
         should_exit = await self.on_tick(counter)
@@ -77,9 +85,11 @@ class QuietServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
-        if self._loop is not None and self._wake is not None:
+        if self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop already closed
-                self._loop.call_soon_threadsafe(self._wake.set)
+                self._loop.call_soon_threadsafe(self._stopping.set)
+                if self._wake is not None:
+                    self._loop.call_soon_threadsafe(self._wake.set)
 
 
 def _stop_with(parent: int) -> None:

@@ -9,10 +9,11 @@ answers a readiness probe.
 
 from __future__ import annotations
 
+import asyncio
 import mmap
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 STARTING = 0  # not accepting connections: starting, waiting for its table, or not running
@@ -57,6 +58,9 @@ class GatewayProcess:
 
     index: int
     status: ProcessStatus | None = None
+    # Set when the process is asked to stop (SIGTERM), even while it is still starting: the
+    # server waits for the app's start-up before it stops, so start-up must not wait past it.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def serves_grpc(self) -> bool:

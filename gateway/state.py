@@ -135,11 +135,12 @@ class GatewayState:
             asyncio.create_task(log_settings.follow(self.settings.redis_url), name="log-settings"),
         ]
         await self.response_cache.check()
-        try:
-            await asyncio.wait_for(self.table.loaded.wait(), timeout=10)
-            await asyncio.wait_for(self.policy_loaded.wait(), timeout=10)
-        except TimeoutError:
-            log.warning("model table not loaded yet; serving anyway")
+        stopping = self.process.stopping if self.process is not None else asyncio.Event()
+        for first_copy in (self.table.loaded, self.policy_loaded):
+            if not await _set_before(first_copy, stopping, timeout_s=10):
+                if not stopping.is_set():
+                    log.warning("model table not loaded yet; serving anyway")
+                return
 
     async def stop(self) -> None:
         """Shadow requests, then the background tasks; deregister; close the Redis pool."""
@@ -178,3 +179,17 @@ class GatewayState:
             s.heartbeat_ttl_ms,
             s.heartbeat_interval_ms / 1000,
         )
+
+
+async def _set_before(event: asyncio.Event, stopping: asyncio.Event, timeout_s: float) -> bool:
+    """Whether ``event`` was set within the bound and before a stop was asked for (with Redis
+    unreachable, start-up would otherwise hold a SIGTERM for its whole bound)."""
+    if event.is_set():
+        return True
+    waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(stopping.wait())]
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    return event.is_set() and not stopping.is_set()
