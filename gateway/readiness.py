@@ -80,7 +80,8 @@ class Readiness:
         if not self.strict or self._process is None or READY not in self._process.siblings():
             return
         deadline = time.monotonic() + timeout_s
-        while self.own() is not None:
+        # A stop asked meanwhile ends the wait: the server holds a SIGTERM until start-up ends.
+        while self.own() is not None and not self._process.stopping.is_set():
             if time.monotonic() > deadline:
                 log.warning(
                     "accepting connections before every model is in this process's table",

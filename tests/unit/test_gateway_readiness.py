@@ -123,3 +123,21 @@ def test_a_loading_model_is_not_ready_never_unknown() -> None:
         table.config("z")
     assert unknown.value.code is ErrorCode.NOT_FOUND
     assert unknown.value.message == "Request for unknown model: 'z' is not found"
+
+
+async def test_a_late_process_asked_to_stop_stops_waiting_for_its_table(
+    status: ProcessStatus,
+) -> None:
+    """uvicorn holds a SIGTERM until start-up ends: a process whose table never fills (Redis
+    restarted under it) waited out its whole bound and was killed by its supervisor."""
+    GatewayProcess(0, status).set(READY)
+    late = GatewayProcess(2, status)
+    readiness = Readiness(_table(["a"]), strict=True, process=late)  # "a" never becomes ready
+
+    async def stop_later() -> None:
+        await asyncio.sleep(0.2)
+        late.stopping.set()
+
+    started = time.monotonic()
+    await asyncio.wait_for(asyncio.gather(readiness.wait_to_accept(timeout_s=30), stop_later()), 5)
+    assert time.monotonic() - started < 1.0
