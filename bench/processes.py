@@ -126,7 +126,7 @@ def label(process: psutil.Process) -> str:
         ("-m workers", "worker"),
         ("valkey-server", "redis"),
         ("redis-server", "redis"),
-        ("gateway.process", "gateway"),
+        ("gateway.runtime.serve", "gateway"),
         ("-m gateway", "gateway-supervisor"),
         ("multiprocessing", "gateway"),
         ("-m conch", "conch-up"),

@@ -118,7 +118,7 @@ def _metrics_listener(host: str, port: int) -> dict[str, Any]:
     return {
         "name": "envoy_metrics",
         "address": _socket(host, port),
-        "enable_reuse_port": False,  # no other process may join the port (shared.listen)
+        "enable_reuse_port": False,  # no other process may join the port (shared.runtime.listen)
         "filter_chains": [
             {"filters": [{"name": "envoy.filters.network.http_connection_manager",
                           "typed_config": hcm}]}

@@ -6,11 +6,12 @@ import json
 
 import redis
 
-from shared import keys, redis_cluster
+from shared.runtime import redis_cluster
+from shared.wire import keys
 
 
 class LoadErrors:
-    """The load failures the workers record (``shared.expected_models``), since ``conch up``
+    """The load failures the workers record (``shared.fleet.expected_models``), since ``conch up``
     started: a model that failed to load stops it, as Triton's ``--exit-on-error`` does."""
 
     def __init__(self, redis_url: str, since_ms: int):

@@ -2,8 +2,8 @@
 
 Two roles given the same number, or a port another process holds, stop ``conch up`` within a
 second with the port, the holder where ``/proc`` tells it, and the flag that changes it. The
-services bind their ports exclusively too (``shared.listen``), so a port taken between this check
-and their start fails the same way, a moment later.
+services bind their ports exclusively too (``shared.runtime.listen``), so a port taken between this
+check and their start fails the same way, a moment later.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from shared.listen import PortError, check_free
+from shared.runtime.listen import PortError, check_free
 
 
 @dataclass(frozen=True)

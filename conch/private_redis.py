@@ -17,7 +17,7 @@ from pathlib import Path
 import redis
 
 from conch.ports import PORT_RACE_RETRIES, free_port, lost_port_race
-from shared.errors import ConchError, ErrorCode
+from shared.wire.errors import ConchError, ErrorCode
 
 
 def find_binary() -> str:

@@ -21,7 +21,7 @@ import redis
 
 from conch.ports import PORT_RACE_RETRIES, free_port, lost_port_race
 from conch.private_redis import find_binary
-from shared.errors import ConchError, ErrorCode
+from shared.wire.errors import ConchError, ErrorCode
 
 SLOTS = 16384
 # Redis's default is 15 s; 5 s makes a failover of the local cluster take a few seconds

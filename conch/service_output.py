@@ -15,7 +15,7 @@ from typing import IO, Any
 
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
 _SERVICE_SAYS = re.compile(r"^conch [\w-]+: ")
-_TEXT_ERROR = re.compile(r" (ERROR|CRITICAL) ")  # shared.logs' text format
+_TEXT_ERROR = re.compile(r" (ERROR|CRITICAL) ")  # shared.runtime.logs' text format
 _ERROR_LEVELS = {"error", "critical", "fatal"}
 _MAX_LINE = 500
 

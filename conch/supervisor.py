@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from conch.service_output import FirstError, pump
-from shared.exits import EXIT_FINAL
+from shared.runtime.exits import EXIT_FINAL
 
 log = logging.getLogger("conch.up")
 

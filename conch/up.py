@@ -28,9 +28,10 @@ from conch.private_redis_cluster import PrivateRedisCluster
 from conch.service_env import grpc_keepalive_env
 from conch.supervisor import ServiceSpec, StartupFailed, Supervisor
 from conch.worker_plan import plan_workers, visible_gpus
-from shared import clock, cpu_budget, gpu, logs, repository
-from shared.errors import ConchError
 from shared.model_config import ModelConfig
+from shared.runtime import clock, cpu_budget, gpu, logs
+from shared.storage import repository
+from shared.wire.errors import ConchError
 
 # The watch's safety net once all serve: a child's exit (SIGCHLD) or a stop wakes it at once.
 IDLE_WATCH_S = 60.0
@@ -266,11 +267,8 @@ def _start_prometheus(targets: dict[str, list[str]], port: int) -> LocalPromethe
         print(f"conch up: Prometheus not started: {exc}", file=sys.stderr, flush=True)
         prometheus.stop()
         return None
-    print(
-        f"Prometheus: {prometheus.url}  (config {prometheus.config_path}; "
-        "first samples after ~6 s)",
-        flush=True,
-    )
+    config = prometheus.config_path
+    print(f"Prometheus: {prometheus.url}  (config {config}; first samples after ~6 s)", flush=True)
     return prometheus
 
 

@@ -4,9 +4,9 @@
 (``KIND_GPU``, or ``KIND_AUTO`` on a host with GPUs) gets one worker process per visible GPU,
 pinned to it (``CUDA_VISIBLE_DEVICES``) and told which GPU it drives (``CONCH_WORKER_GPU_IDS``),
 so no single process's GIL drives every GPU; each places ``count`` instances of each group on its
-GPU, as Triton places ``count`` per GPU (``workers.placement``). The CPU instance groups of such a
-backend run in its first worker only. Any other backend gets one worker. A number gives that many
-unpinned workers per backend, as before.
+GPU, as Triton places ``count`` per GPU (``workers.loading.placement``). The CPU instance groups of
+such a backend run in its first worker only. Any other backend gets one worker. A number gives that
+many unpinned workers per backend, as before.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from shared.errors import invalid
 from shared.model_config import ModelConfig
+from shared.wire.errors import invalid
 
 GPU_KINDS = ("KIND_GPU", "KIND_AUTO")
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from controlplane.resources import Endpoint
-from shared import keys
+from shared.wire import keys
 
 log = logging.getLogger("controlplane.gateway_endpoints")
 

@@ -3,7 +3,7 @@
 The control plane has no other HTTP surface, so a framework would be all cost: these are the
 three GETs that Prometheus and the orchestrators (compose healthcheck, Kubernetes probes) send,
 with the same paths as the gateway's health endpoints, served by the schedulers' and workers'
-small h11 server (``shared.health_http``).
+small h11 server (``shared.runtime.health_http``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from controlplane.metrics import Metrics
-from shared import health_http
+from shared.runtime import health_http
 
 log = logging.getLogger("controlplane.health")
 

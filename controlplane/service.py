@@ -23,7 +23,7 @@ from controlplane.health import HealthServer
 from controlplane.metrics import Metrics
 from controlplane.settings import ControlPlaneSettings
 from controlplane.snapshot import InvalidSnapshot, SnapshotStore
-from shared import logs, redis_conn
+from shared.runtime import logs, redis_conn
 
 log = logging.getLogger("controlplane")
 

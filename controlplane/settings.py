@@ -7,7 +7,7 @@ changing these values and restarting the control plane, never editing Envoy's bo
 
 from __future__ import annotations
 
-from shared.settings import Settings
+from shared.runtime.settings import Settings
 
 
 class ControlPlaneSettings(Settings, kw_only=True):

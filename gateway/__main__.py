@@ -1,7 +1,7 @@
 """``python -m gateway`` / ``conch gateway``: several processes serving one port.
 
 The port is bound here, once and exclusively, and the processes inherit it
-(``gateway.process_supervisor``). A port that is taken, or a setting that is invalid, stops the
+(``gateway.runtime.supervisor``). A port that is taken, or a setting that is invalid, stops the
 service at once with ``EXIT_FINAL`` and a message naming the port, its holder and the setting.
 """
 
@@ -14,13 +14,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gateway.process_status import ProcessStatus
-from gateway.process_supervisor import GatewayProcesses
+from gateway.runtime.status import ProcessStatus
+from gateway.runtime.supervisor import GatewayProcesses
 from gateway.settings import GatewaySettings, graceful_shutdown_s
-from shared import cpu_budget, logs
-from shared.errors import ConchError
-from shared.exits import EXIT_FINAL
-from shared.listen import PortError, bind_listener, check_free
+from shared.runtime import cpu_budget, logs
+from shared.runtime.exits import EXIT_FINAL
+from shared.runtime.listen import PortError, bind_listener, check_free
+from shared.wire.errors import ConchError
 
 log = logging.getLogger("gateway.supervisor")
 

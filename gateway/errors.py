@@ -12,9 +12,9 @@ from litestar.exceptions import HTTPException
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from shared.errors import ConchError, ErrorCode
-from shared.ids import new_id
-from shared.logs import request_id_var
+from shared.runtime.ids import new_id
+from shared.runtime.logs import request_id_var
+from shared.wire.errors import ConchError, ErrorCode
 
 log = logging.getLogger(__name__)
 

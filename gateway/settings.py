@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.settings import Settings
+from shared.runtime.settings import Settings
 
 
 class GatewaySettings(Settings, kw_only=True):
@@ -13,13 +13,13 @@ class GatewaySettings(Settings, kw_only=True):
     server_name: str = "conch"
     http_port: int = 8000
     # Processes sharing the HTTP port (each has its own Redis pool and reply reader): a number,
-    # or "auto" to follow the CPUs this service may use (shared.cpu_budget).
+    # or "auto" to follow the CPUs this service may use (shared.runtime.cpu_budget).
     processes: str = "auto"
     # Triton's strict readiness: /v2/health/ready answers 200 only when every model the mesh is
     # expected to serve is ready in this gateway (false: once Redis answers).
     strict_readiness: bool = True
     # A process that fails before it accepts connections is started again with a back-off; after
-    # this many failures in a row the service gives up and exits (shared.exits.EXIT_FINAL).
+    # this many failures in a row the service gives up and exits (shared.runtime.exits.EXIT_FINAL).
     start_attempts: int = 5
     # A process started while its siblings are ready waits up to this long for its own model
     # table to hold every model before it accepts connections.
@@ -46,7 +46,7 @@ class GatewaySettings(Settings, kw_only=True):
     dead_bound_ms: int = 10_000
     worker_heartbeat_ttl_ms: int = 3_000
     # The model table, tenants, traffic and trace settings are re-read from Redis when the
-    # change feed announces a change (``shared/change_feed.py``); this is the safety poll that
+    # change feed announces a change (``shared/fleet/change_feed.py``); this is the safety poll that
     # catches a lost notice.
     refresh_interval_ms: int = 10_000
     redis_pool_size: int = 64
@@ -55,7 +55,8 @@ class GatewaySettings(Settings, kw_only=True):
     # Answer POST .../infer straight from ASGI rather than through Litestar's routing.
     infer_fast_path: bool = True
     # The young generation's threshold of the garbage collector, set (with everything alive
-    # at start-up frozen) once the process is ready (``shared/gc_tuning.py``); 0: Python's own.
+    # at start-up frozen) once the process is ready (``shared/runtime/gc_tuning.py``); 0: Python's
+    # own.
     gc_young_threshold: int = 20_000
     # Admin API (/v2/admin/...) bearer token; empty: the admin API is off.
     admin_token: str = ""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from scheduler.service import SchedulerService
 from scheduler.settings import SchedulerSettings
-from shared import logs, tracing
-from shared.runner import run_service
+from shared.runtime import logs, tracing
+from shared.runtime.runner import run_service
 
 
 def main() -> None:

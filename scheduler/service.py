@@ -5,8 +5,8 @@ own task forms and dispatches batches. Several schedulers may run: the consumer 
 entry to one of them, and the entries of a scheduler that dies are reclaimed by a live one once
 its heartbeat is older than the dead bound (heartbeats run on a thread of their own, so a busy
 event loop never looks dead). After a failed read or step a scheduler recovers its own pending
-entries (``scheduler.own_pending``); entries it cannot queue are answered and dead-lettered
-(``scheduler.poison``); the queues of versions no longer served are retired.
+entries (``scheduler.reading.own_pending``); entries it cannot queue are answered and dead-lettered
+(``scheduler.queueing.poison``); the queues of versions no longer served are retired.
 """
 
 from __future__ import annotations
@@ -20,30 +20,29 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
-from scheduler.cancels import SchedulerCancels
-from scheduler.ensemble_host import EnsembleHost
-from scheduler.ensemble_runner import EnsembleRunner
-from scheduler.intake import Intake
-from scheduler.reclaim import reclaim_loop
+from scheduler.ensemble.host import EnsembleHost
+from scheduler.ensemble.runner import EnsembleRunner
+from scheduler.queueing.cancels import SchedulerCancels
+from scheduler.queueing.version_queue import VersionQueue
+from scheduler.reading.intake import Intake
+from scheduler.reading.reclaim import reclaim_loop
 from scheduler.settings import SchedulerSettings
-from scheduler.version_queue import VersionQueue
-from shared import (
+from shared import metrics
+from shared.fleet import (
     change_feed,
     durability,
     heartbeats,
-    keys,
     log_settings,
-    metrics,
     model_registry,
     readiness,
-    redis_conn,
     streams,
-    subscription,
 )
-from shared.ensemble_graph import is_ensemble
-from shared.health_http import HealthServer
-from shared.heartbeat_thread import HeartbeatThread
+from shared.fleet.heartbeat_thread import HeartbeatThread
 from shared.model_config import ModelConfig
+from shared.model_config.ensemble_graph import is_ensemble
+from shared.runtime import redis_conn, subscription
+from shared.runtime.health_http import HealthServer
+from shared.wire import keys
 
 log = logging.getLogger(__name__)
 

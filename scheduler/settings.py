@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.settings import Settings
+from shared.runtime.settings import Settings
 
 
 class SchedulerSettings(Settings, kw_only=True):
@@ -13,7 +13,7 @@ class SchedulerSettings(Settings, kw_only=True):
     heartbeat_interval_ms: int = 1_000
     heartbeat_ttl_ms: int = 3_000
     # The registry and readiness are re-read when the change feed announces a change
-    # (``shared/change_feed.py``); this is the safety poll that catches a lost notice.
+    # (``shared/fleet/change_feed.py``); this is the safety poll that catches a lost notice.
     refresh_interval_ms: int = 10_000
     # Entries read per XREADGROUP call.
     read_count: int = 512

@@ -34,7 +34,7 @@ import psutil  # noqa: E402
 
 from bench import loadgen  # noqa: E402
 from conch.ports import free_port  # noqa: E402
-from shared import cpu_budget, gpu  # noqa: E402
+from shared.runtime import cpu_budget, gpu  # noqa: E402
 
 INPUT = "INPUT__0:FP32:1024"
 
@@ -131,7 +131,7 @@ class Mesh:
         return psutil.Process(self.process.pid).children(recursive=True)
 
     def gateway_processes(self) -> int:
-        return sum(1 for p in self._children() if "gateway.process" in " ".join(p.cmdline()))
+        return sum(1 for p in self._children() if "gateway.runtime.serve" in " ".join(p.cmdline()))
 
     def cpu(self) -> dict[int, tuple[str, float]]:
         seen: dict[int, tuple[str, float]] = {}

@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 
 from conch.private_redis import PrivateRedis
 from conch.private_redis_cluster import PrivateRedisCluster
-from shared import redis_conn
+from shared.runtime import redis_conn
 from tests.mesh import flush_database
 from tests.redis_slots import Recorder
 

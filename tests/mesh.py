@@ -22,7 +22,7 @@ from redis.cluster import ClusterNode
 
 from conch.local_prometheus import binary as prometheus_binary
 from conch.ports import free_port
-from shared import redis_cluster
+from shared.runtime import redis_cluster
 
 needs_prometheus = pytest.mark.skipif(
     prometheus_binary() is None,

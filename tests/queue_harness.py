@@ -12,10 +12,11 @@ from typing import TypeVar
 import pytest
 import redis.asyncio as aioredis
 
-from scheduler.version_queue import VersionQueue
-from shared import envelope, keys, streams
-from shared.envelope import Batch, InferRequest, Reply, RequestHeader, Tensor
+from scheduler.queueing.version_queue import VersionQueue
+from shared.fleet import streams
 from shared.model_config import ModelConfig, parse_pbtxt
+from shared.wire import envelope, keys
+from shared.wire.envelope import Batch, InferRequest, Reply, RequestHeader, Tensor
 
 MODEL = "vq"
 VERSION = 1

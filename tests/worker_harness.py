@@ -14,8 +14,8 @@ from typing import TypeVar
 import numpy as np
 import redis.asyncio as aioredis
 
-from shared import envelope, keys
-from shared.envelope import Batch, InferRequest, Reply, Tensor
+from shared.wire import envelope, keys
+from shared.wire.envelope import Batch, InferRequest, Reply, Tensor
 from workers.backend import Backend, Execution, LoadSpec, ModelInstance, ModelRequest, ModelResult
 from workers.service import WorkerService
 from workers.settings import WorkerSettings

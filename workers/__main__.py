@@ -7,9 +7,9 @@ import asyncio
 import os
 import sys
 
-from shared import logs, tracing
-from shared.errors import ConchError
-from shared.runner import run_service
+from shared.runtime import logs, tracing
+from shared.runtime.runner import run_service
+from shared.wire.errors import ConchError
 from workers.settings import WorkerSettings
 
 
@@ -45,8 +45,10 @@ def main(argv: list[str] | None = None) -> None:
 
 async def report_backend_failure(settings: WorkerSettings, message: str) -> None:
     """The backend cannot run here: record it as the load error of each model it would serve,
-    so the mesh does not wait for them (``shared.expected_models``); best effort."""
-    from shared import expected_models, redis_conn, repository
+    so the mesh does not wait for them (``shared.fleet.expected_models``); best effort."""
+    from shared.fleet import expected_models
+    from shared.runtime import redis_conn
+    from shared.storage import repository
 
     try:
         scan = repository.scan(settings.model_repository)

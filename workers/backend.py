@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shared.errors import ConchError, ErrorCode
 from shared.model_config import InstanceGroup, ModelConfig
+from shared.wire.errors import ConchError, ErrorCode
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class Backend(abc.ABC):
 
     def auto_complete(self, config: ModelConfig, model_file: Path) -> dict[str, Any] | None:
         """Triton's auto-complete: the configuration (JSON form) with what the model file says
-        filled in, or None when there is nothing to add (``workers.auto_complete``)."""
+        filled in, or None when there is nothing to add (``workers.loading.auto_complete``)."""
         return None
 
 

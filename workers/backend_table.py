@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from shared.errors import ConchError, ErrorCode
+from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Backend
 
 BACKENDS: dict[str, str] = {

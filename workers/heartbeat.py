@@ -2,9 +2,9 @@
 and the repository index.
 
 The heartbeat itself (registry and readiness) runs on a thread of its own
-(``shared.heartbeat_thread``, started by ``workers.version_host``); this loop puts back what
-this worker serves and the index, so the mesh recovers without restarting anything. It runs
-whenever the worker's change-feed subscription is made again (a Redis that restarted dropped
+(``shared.fleet.heartbeat_thread``, started by ``workers.loading.version_host``); this loop puts
+back what this worker serves and the index, so the mesh recovers without restarting anything. It
+runs whenever the worker's change-feed subscription is made again (a Redis that restarted dropped
 it) and on the feed's safety poll, not every heartbeat.
 """
 
@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from shared import keys, model_registry, streams
-from shared.change_feed import ChangeFeed
-from workers.repository_index import restore_if_lost
-from workers.version_host import VersionHost
+from shared.fleet import model_registry, streams
+from shared.fleet.change_feed import ChangeFeed
+from shared.wire import keys
+from workers.loading.repository_index import restore_if_lost
+from workers.loading.version_host import VersionHost
 
 log = logging.getLogger(__name__)
 

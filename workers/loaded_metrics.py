@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from shared import metrics
-from workers.loader import LoadedVersion
+from workers.loading.loader import LoadedVersion
 
 
 class LoadedVersionMetrics:

@@ -1,10 +1,10 @@
 """The generic worker service: start up, serve one backend's models, shut down cleanly.
 
-Start-up loads what the repository and the fleet's desired state select (``workers.startup``),
-then serves it (``workers.version_host``: one serving loop per instance, ``workers.batch_loop``)
-and marks it ready. While it runs, the heartbeat, the takeover of dead workers' batches and fleet
-control (load and unload while serving) run beside the serving loops. Shutdown stops taking
-batches, finishes the ones in flight, then deregisters.
+Start-up loads what the repository and the fleet's desired state select
+(``workers.loading.startup``), then serves it (``workers.loading.version_host``: one serving loop
+per instance, ``workers.batches.batch_loop``) and marks it ready. While it runs, the heartbeat, the
+takeover of dead workers' batches and fleet control (load and unload while serving) run beside the
+serving loops. Shutdown stops taking batches, finishes the ones in flight, then deregisters.
 """
 
 from __future__ import annotations
@@ -16,31 +16,26 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from shared import (
-    cancel_listener,
-    heartbeats,
-    log_settings,
-    metrics,
-    readiness,
-    redis_conn,
-    repository,
-)
-from shared.health_http import HealthServer
+from shared import metrics
+from shared.fleet import cancel_listener, heartbeats, log_settings, readiness
+from shared.runtime import redis_conn
+from shared.runtime.health_http import HealthServer
+from shared.storage import repository
 from workers.backend import Backend, ModelInstance
 from workers.backend_table import load_backend
-from workers.batch import BatchProcessor
-from workers.batch_loop import BatchLoop
-from workers.control import ModelControl
+from workers.batches.batch import BatchProcessor
+from workers.batches.batch_loop import BatchLoop
+from workers.batches.lane import Lane
+from workers.batches.reclaim import reclaim_loop
 from workers.heartbeat import restore_loop
-from workers.lane import Lane
 from workers.loaded_metrics import LoadedVersionMetrics
-from workers.loader import LoadedVersion
-from workers.reclaim import reclaim_loop
+from workers.loading.control import ModelControl
+from workers.loading.loader import LoadedVersion
+from workers.loading.startup import load_at_startup
+from workers.loading.version_host import VersionHost
 from workers.sequence.adoption import adoption_loop
 from workers.sequence.serving import SequenceServing
 from workers.settings import WorkerSettings
-from workers.startup import load_at_startup
-from workers.version_host import VersionHost
 
 log = logging.getLogger(__name__)
 

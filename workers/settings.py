@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.settings import Settings
+from shared.runtime.settings import Settings
 
 
 class WorkerSettings(Settings, kw_only=True):
@@ -13,7 +13,7 @@ class WorkerSettings(Settings, kw_only=True):
     # Names of the models to load; empty: every model of this worker's backend.
     models: list[str] = []
     # Physical ids of the GPUs this worker drives (``conch up`` pins one worker per GPU with
-    # CUDA_VISIBLE_DEVICES and this); empty: every visible GPU. See workers/placement.py.
+    # CUDA_VISIBLE_DEVICES and this); empty: every visible GPU. See workers/loading/placement.py.
     gpu_ids: list[int] = []
     # Whether this worker runs the KIND_CPU instance groups (one of a set of per-GPU workers).
     cpu_instances: bool = True
@@ -40,8 +40,8 @@ class WorkerSettings(Settings, kw_only=True):
     # list its inputs and outputs); false (Triton's default) completes them from the model.
     strict_model_config: bool = False
     # An instance whose recent executions took less than this many microseconds runs the next
-    # one on the worker's event loop instead of a pool thread (``workers.executions``); 0: always
-    # the pool; -1 (auto): 2000 where the worker may use at most 2 CPUs, else 0.
+    # one on the worker's event loop instead of a pool thread (``workers.batches.executions``); 0:
+    # always the pool; -1 (auto): 2000 where the worker may use at most 2 CPUs, else 0.
     inline_execution_us: int = -1
     # How often a holder releases idle sequences and re-reads the sequences it holds.
     sequence_reconcile_ms: int = 500

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import HTTP_STATUS
-from shared.errors import ConchError, ErrorCode
+from shared.wire.errors import ConchError, ErrorCode
 
 # OpenAI's ``type`` (and ``code``) for each Conch code.
 _TYPES: dict[ErrorCode, tuple[str, str | None]] = {

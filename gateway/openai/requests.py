@@ -13,10 +13,10 @@ from typing import Any
 
 import msgspec
 
-from gateway.http_codec import ParsedRequest
 from gateway.openai.errors import OpenAIError
-from shared import tensors
-from shared.envelope import Tensor
+from gateway.rest.codec import ParsedRequest
+from shared.wire import tensors
+from shared.wire.envelope import Tensor
 
 # Chat requests without max_tokens generate until the context is full (the model caps it).
 CHAT_MAX_TOKENS = 1_000_000

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from gateway.openai.requests import Generate
-from shared import tensors
-from shared.envelope import Tensor
+from shared.wire import tensors
+from shared.wire.envelope import Tensor
 
 FINISH_REASONS = {"length": "length", "stop": "stop"}
 

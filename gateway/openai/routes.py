@@ -17,14 +17,14 @@ import msgspec
 from litestar import Request, Response, Router, get, post
 from litestar.response import Stream
 
-from gateway.caller import ROUTE_KEY_HEADER, Caller
+from gateway.core.caller import ROUTE_KEY_HEADER, Caller
 from gateway.openai.errors import OpenAIError, error_body, from_conch, from_openai
 from gateway.openai.requests import Generate, parse_chat, parse_completion, parsed_request
 from gateway.openai.responses import ChunkWriter, Totals, read_frame, response_body
-from gateway.state import GatewayState
-from shared.errors import ConchError, ErrorCode
-from shared.ids import new_id
+from gateway.runtime.state import GatewayState
 from shared.model_config import ModelConfig
+from shared.runtime.ids import new_id
+from shared.wire.errors import ConchError, ErrorCode
 
 _json = msgspec.json.Encoder()
 DONE = b"data: [DONE]\n\n"

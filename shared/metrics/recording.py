@@ -113,7 +113,7 @@ def record_batch(model: str, version: int, stats: dict[str, int]) -> None:
 
 
 def record_direct(model: str, version: int, priority: int, queue_ns: int) -> None:
-    """A direct request ran (``shared.direct_path``): counted, and its time in the queue
+    """A direct request ran (``shared.fleet.direct_path``): counted, and its time in the queue
     observed by the worker, since no scheduler saw it."""
     child(DIRECT_DISPATCH, model, version).inc()
     child(QUEUE_SECONDS, model, version, priority).observe(queue_ns / 1e9)

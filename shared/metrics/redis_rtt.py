@@ -6,9 +6,9 @@ import asyncio
 import time
 from typing import Any
 
-from shared import ticks
 from shared.metrics.families import REDIS_RTT
 from shared.metrics.recording import child
+from shared.runtime import ticks
 
 
 async def redis_rtt_probe(r: Any, service: str, interval_s: float = 10.0) -> None:

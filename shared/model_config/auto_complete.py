@@ -4,7 +4,7 @@ backend a model directory holds, read off its model files.
 A configuration that names neither ``platform`` nor ``backend`` (or a model directory with no
 ``config.pbtxt`` at all) gets them from the first version directory's model file, as Triton does
 unless it runs with ``--strict-model-config=true`` (``--disable-auto-complete-config``). Inputs
-and outputs are completed by the backend that loads the model (``workers.auto_complete``).
+and outputs are completed by the backend that loads the model (``workers.loading.auto_complete``).
 """
 
 from __future__ import annotations

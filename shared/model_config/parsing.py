@@ -14,8 +14,6 @@ from typing import Any
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
-from shared import datatypes
-from shared.errors import invalid
 from shared.model_config.auto_complete import detect, fill_platform
 from shared.model_config.defaults import fill_defaults
 from shared.model_config.json_form import message_to_json
@@ -28,6 +26,8 @@ from shared.model_config.structs import (
     VersionPolicy,
 )
 from shared.model_config.validation import validate
+from shared.wire import datatypes
+from shared.wire.errors import invalid
 
 CONFIG_FILENAME = "config.pbtxt"
 

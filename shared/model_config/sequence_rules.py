@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.errors import invalid
 from shared.model_config.structs import ModelConfig
+from shared.wire.errors import invalid
 
 _BOOLEAN_KINDS = ("CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_READY")
 _CORRID = "CONTROL_SEQUENCE_CORRID"

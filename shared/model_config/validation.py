@@ -6,9 +6,9 @@ broken repository is fixed from the error alone.
 
 from __future__ import annotations
 
-from shared.errors import invalid
 from shared.model_config.sequence_rules import check_sequence_batching
 from shared.model_config.structs import ModelConfig
+from shared.wire.errors import invalid
 
 
 def validate(config: ModelConfig, source: str) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from shared.keys import service_registry
+from shared.wire.keys import service_registry
 from tests.chaos.chaos_mesh import ADMIN_TOKEN, ChaosMesh
 from tests.chaos.faults import FAULTS
 from tests.chaos.ledger import Ledger
@@ -35,7 +35,7 @@ from tests.chaos.verdict import (
 TENANTS = {"gold": 1, "bronze": 3}  # tenant -> its priority level
 RSS_GROWTH_LIMIT = 0.10
 WARM_UP_SHARE = 0.2
-# Reply streams of a killed gateway expire 60 s after their last reply (shared/publish.py).
+# Reply streams of a killed gateway expire 60 s after their last reply (shared/fleet/publish.py).
 KEYS_SETTLE_S = 75.0
 
 

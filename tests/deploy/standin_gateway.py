@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import redis
 
-from shared import keys
+from shared.wire import keys
 
 TTL_MS = 3000
 INTERVAL_S = 1.0

@@ -20,7 +20,7 @@ from controlplane.metrics import Metrics
 from controlplane.service import ControlPlane
 from controlplane.settings import ControlPlaneSettings
 from controlplane.snapshot import InvalidSnapshot, SnapshotStore, validate
-from shared import keys
+from shared.wire import keys
 
 A = resources.Endpoint("127.0.0.1", 8001)
 B = resources.Endpoint("127.0.0.1", 8002)

@@ -20,7 +20,7 @@ import pytest
 from cloudcoil.models.keda.v1alpha1 import ScaledObject
 from manifests import RENDERS, render
 
-from shared import keys
+from shared.wire import keys
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S_VERSIONS = ["1.29.0", "1.37.0"]

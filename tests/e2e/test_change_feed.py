@@ -1,4 +1,4 @@
-"""The change feed (``shared/change_feed.py``) against real processes: a traffic change made
+"""The change feed (``shared/fleet/change_feed.py``) against real processes: a traffic change made
 through the admin API reaches every gateway process at once, far inside the safety poll, and a
 change whose notice never went out (written straight into Redis) is still applied by the poll.
 
@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from conch.private_redis import PrivateRedis
-from shared import keys
+from shared.wire import keys
 from tests.mesh import Mesh, flush_database, sync_redis
 from tests.policy_mesh import (
     Admin,

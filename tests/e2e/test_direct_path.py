@@ -1,4 +1,4 @@
-"""The direct path across real processes (``shared.direct_path``): a request of a model whose
+"""The direct path across real processes (``shared.fleet.direct_path``): a request of a model whose
 batcher never waits, arriving when nothing is queued or in flight, goes straight to the batch
 stream as a batch of one; otherwise it is queued and batched by the scheduler as always.
 
@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
-from shared import keys
+from shared.wire import keys
 from tests.mesh import Mesh, flush_database, sync_redis
 
 pytestmark = pytest.mark.e2e

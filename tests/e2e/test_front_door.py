@@ -23,10 +23,11 @@ from tritonclient.utils import InferenceServerException
 
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
-from gateway.admin_bodies import TenantBody
-from gateway.admin_store import AdminStore
-from shared import model_registry, readiness, redis_conn
+from gateway.admin.bodies import TenantBody
+from gateway.admin.store import AdminStore
+from shared.fleet import model_registry, readiness
 from shared.model_config import parse_pbtxt
+from shared.runtime import redis_conn
 from tests.mesh import Mesh, flush_database
 
 pytestmark = pytest.mark.e2e

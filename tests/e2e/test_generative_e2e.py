@@ -23,7 +23,7 @@ import torch
 
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
-from gateway.dataplane import DataPlane
+from gateway.core.dataplane import DataPlane
 from tests.mesh import Mesh, flush_database
 from workers.generative import checkpoint
 

@@ -1,6 +1,6 @@
 """HTTP/1.1 on the wire for inference: what real clients and proxies send, over raw sockets.
 
-Inference is answered below the ASGI layer (``gateway.http_protocol``), so the connection
+Inference is answered below the ASGI layer (``gateway.rest.protocol``), so the connection
 semantics that uvicorn gives every other route must hold there too: keep-alive, pipelining,
 ``Expect: 100-continue``, chunked request bodies, ``Connection: close`` and HTTP/1.0.
 """

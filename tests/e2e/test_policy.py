@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from conch.private_redis import PrivateRedis
-from shared import keys
+from shared.wire import keys
 from tests.mesh import Mesh, flush_database, sync_redis
 from tests.policy_mesh import (
     ADMIN_TOKEN,

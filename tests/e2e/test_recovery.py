@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
 from conch.private_redis import PrivateRedis
-from shared import keys
+from shared.wire import keys
 from tests.mesh import Mesh, flush_database, sync_redis
 
 pytestmark = pytest.mark.e2e

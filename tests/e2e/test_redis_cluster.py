@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from conch.ports import free_port
 from conch.private_redis_cluster import PrivateRedisCluster
-from shared import keys
+from shared.wire import keys
 from tests.mesh import ConchUpOutput, Mesh, start_conch_up, stop_conch_up
 
 pytestmark = pytest.mark.e2e

@@ -34,7 +34,7 @@ from tritonclient.utils import InferenceServerException
 
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
-from shared import keys
+from shared.wire import keys
 from tests.mesh import Mesh, flush_database, sync_redis
 
 pytestmark = pytest.mark.e2e

@@ -1,5 +1,5 @@
 """CUDA shared memory (Triton's extension): the gateway opens a client's CUDA IPC handle and
-copies bytes off and onto the device through the CUDA runtime (``gateway.cuda_ipc``).
+copies bytes off and onto the device through the CUDA runtime (``gateway.extensions.cuda_ipc``).
 
 The client is another process, as in real use (a CUDA IPC handle cannot be opened by the process
 that exported it): it allocates device memory with CuPy, fills it, exports the handle, waits
@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from gateway import cuda_ipc  # the project root first, for the stand-alone run
+from gateway.extensions import cuda_ipc  # the project root first, for the stand-alone run
 
 try:
     import pytest

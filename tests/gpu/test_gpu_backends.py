@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shared import gpu
-from shared.errors import ConchError
 from shared.model_config import InstanceGroup
-from shared.repository import RepositoryModel, read_model
+from shared.runtime import gpu
+from shared.storage.repository import RepositoryModel, read_model
+from shared.wire.errors import ConchError
 from workers.backend import LoadSpec, ModelInstance, ModelRequest
 
 pytestmark = pytest.mark.gpu

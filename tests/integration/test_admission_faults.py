@@ -12,18 +12,20 @@ import pytest
 import redis.asyncio as aioredis
 
 from conch.private_redis import PrivateRedis
-from gateway.http_codec import ParsedRequest, parse_infer_request
+from gateway.rest.codec import ParsedRequest, parse_infer_request
+from gateway.runtime.state import GatewayState
 from gateway.settings import GatewaySettings
-from gateway.state import GatewayState
-from shared import keys, model_registry, readiness
-from shared.errors import ConchError, ErrorCode
+from shared.fleet import model_registry, readiness
 from shared.model_config import parse_pbtxt
+from shared.wire import keys
+from shared.wire.errors import ConchError, ErrorCode
 from tests.tcp_proxy import TcpProxy
 
 MODEL = "admitted"
 STREAM = keys.request_stream(MODEL, 1, 1)
-# Nothing is queued or in flight, so admission sends the request direct (``shared.direct_path``):
-# it lands on the batch stream; either way it must be there exactly once.
+# Nothing is queued or in flight, so admission sends the request direct
+# (``shared.fleet.direct_path``): it lands on the batch stream; either way it must be there exactly
+# once.
 BATCHES = keys.batch_stream(MODEL, 1)
 CONFIG = parse_pbtxt(
     f"""

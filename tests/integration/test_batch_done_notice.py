@@ -2,7 +2,7 @@
 for a request admitted direct.
 
 The scheduler counts the batches it dispatched against its in-flight limit and hears each one's
-end on the version's batch-done channel. A direct request (``shared.batch_entry``) was never
+end on the version's batch-done channel. A direct request (``shared.wire.batch_entry``) was never
 counted there; announcing it only woke the scheduler once per request at c=1 (78 us of its CPU
 per request, ``docs/performance.md``).
 """
@@ -13,8 +13,9 @@ import asyncio
 
 import redis.asyncio as aioredis
 
-from shared import keys, streams
-from workers.batch_outcome import Outcome
+from shared.fleet import streams
+from shared.wire import keys
+from workers.batches.batch_outcome import Outcome
 
 MODEL, VERSION, CONSUMER = "notice_model", 1, "worker-test"
 

@@ -9,9 +9,11 @@ import time
 import numpy as np
 import redis
 
-from shared import clock, envelope, keys, model_registry, readiness
-from shared.errors import ErrorCode
+from shared.fleet import model_registry, readiness
 from shared.model_config import parse_pbtxt
+from shared.runtime import clock
+from shared.wire import envelope, keys
+from shared.wire.errors import ErrorCode
 from workers.python.bls_caller import Caller, batch_caller
 from workers.python.bls_client import BlsClient, BlsSettings
 
@@ -79,7 +81,7 @@ def test_a_call_is_queued_with_the_callers_priority_tenant_and_deadline(redis_ur
 
 def test_a_call_to_an_idle_model_goes_direct_with_the_callers_priority(redis_url: str) -> None:
     """Nothing queued, no batch in flight, no queue delay: the call is a batch of one on the
-    model's batch stream (``shared.direct_path``), with the caller's level and deadline."""
+    model's batch stream (``shared.fleet.direct_path``), with the caller's level and deadline."""
     import asyncio
 
     asyncio.run(_publish(redis_url))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from shared.change_feed import MODELS, POLICY, TENANTS, ChangeFeed
+from shared.fleet.change_feed import MODELS, POLICY, TENANTS, ChangeFeed
 
 
 async def test_every_topic_refreshes_at_once_and_one_topics_in_order(redis_url: str) -> None:

@@ -112,7 +112,7 @@ def _workload(mesh: Mesh) -> None:
     admin = Admin(mesh.url)
     for _ in range(20):
         _infer(client)
-    # no dynamic batching and an idle mesh: admission's direct branch (shared.direct_path)
+    # no dynamic batching and an idle mesh: admission's direct branch (shared.fleet.direct_path)
     for _ in range(3):
         tensor = httpclient.InferInput("INPUT0", [1, 4], "INT32")
         tensor.set_data_from_numpy(np.arange(4, dtype=np.int32).reshape(1, 4))

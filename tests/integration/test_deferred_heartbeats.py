@@ -1,8 +1,8 @@
 """Heartbeats whose replies are read at the next beat, against a real redis-server.
 
 A beat is sent and its replies read one period later, in the wake that sends the next one
-(``shared.deferred_replies``): the registry must still be refreshed every period, a failed beat
-must still be counted, and whoever takes the heartbeat's lock, or stops the beating, must find
+(``shared.runtime.deferred_replies``): the registry must still be refreshed every period, a failed
+beat must still be counted, and whoever takes the heartbeat's lock, or stops the beating, must find
 every beat already landed (a late beat after a deregistration would resurrect the service).
 """
 
@@ -21,11 +21,13 @@ import redis.asyncio as aioredis
 
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
-from gateway import heartbeat as gateway_heartbeat
-from shared import heartbeats, keys, readiness, redis_conn
-from shared.clock import now_ms
-from shared.deferred_replies import DeferredPipeline, commands_of
-from shared.heartbeat_thread import HeartbeatThread
+from gateway.runtime import heartbeat as gateway_heartbeat
+from shared.fleet import heartbeats, readiness
+from shared.fleet.heartbeat_thread import HeartbeatThread
+from shared.runtime import redis_conn
+from shared.runtime.clock import now_ms
+from shared.runtime.deferred_replies import DeferredPipeline, commands_of
+from shared.wire import keys
 from tests import delay_proxy
 from tests.tcp_proxy import TcpProxy
 

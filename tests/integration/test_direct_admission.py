@@ -1,18 +1,21 @@
-"""The admission script's direct branch (``shared.admission_script``, ``shared.direct_path``) on
-a real redis-server: a request goes to the batch stream as a batch of one only while every
-request stream of the version and the batch stream are empty; it is then decoded by the one
-reader every worker path uses (``shared.batch_entry``) like a scheduler's batch."""
+"""The admission script's direct branch (``shared.fleet.admission_script``,
+``shared.fleet.direct_path``) on a real redis-server: a request goes to the batch stream as a batch
+of one only while every request stream of the version and the batch stream are empty; it is then
+decoded by the one reader every worker path uses (``shared.wire.batch_entry``) like a scheduler's
+batch."""
 
 from __future__ import annotations
 
 import pytest
 import redis.asyncio as aioredis
 
-from shared import batch_entry, clock, envelope, keys, readiness
-from shared.admission_script import ADMITTED, DIRECT, ENQUEUE_LUA, NO_WORKER, admission_call
-from shared.coalesced_script import CoalescedScript
-from shared.envelope import Batch, InferRequest, RequestHeader, Tensor
-from shared.fencing import queue_fenced_ack
+from shared.fleet import readiness
+from shared.fleet.admission_script import ADMITTED, DIRECT, ENQUEUE_LUA, NO_WORKER, admission_call
+from shared.fleet.coalesced_script import CoalescedScript
+from shared.fleet.fencing import queue_fenced_ack
+from shared.runtime import clock
+from shared.wire import batch_entry, envelope, keys
+from shared.wire.envelope import Batch, InferRequest, RequestHeader, Tensor
 
 MODEL, VERSION = "quick", 1
 LEVELS = [1, 2, 3]
@@ -125,7 +128,7 @@ async def test_a_scheduler_batch_decodes_as_before(aredis: aioredis.Redis) -> No
 
 async def _execute_and_ack(aredis: aioredis.Redis, size: int) -> None:
     """A worker takes the batch stream's oldest entry and acks it as a batch of ``size``, with
-    the fenced ack every worker sends (``shared.fencing``)."""
+    the fenced ack every worker sends (``shared.fleet.fencing``)."""
     await aredis.xgroup_create(BATCHES, keys.WORKER_GROUP, id="0", mkstream=True)
     [(_, [(entry_id, _)])] = await aredis.xreadgroup(
         keys.WORKER_GROUP, "worker-1", {BATCHES: ">"}, count=1

@@ -1,12 +1,12 @@
 """The dispatch script's fence against a real Redis: a batch goes only when every request entry
 it names is still pending for this scheduler, whatever the order of the ids and whatever else
-this scheduler holds between them (``shared.fencing.DISPATCH_LUA`` reads ownership with one
+this scheduler holds between them (``shared.fleet.fencing.DISPATCH_LUA`` reads ownership with one
 XPENDING range per stream and asks about the ids that range did not list one by one)."""
 
 from __future__ import annotations
 
-from shared import keys
-from shared.fencing import DISPATCH_LUA, dispatch_args
+from shared.fleet.fencing import DISPATCH_LUA, dispatch_args
+from shared.wire import keys
 
 ME = "scheduler-me"
 BATCH_STREAM = "{fence}:batch:1"

@@ -1,4 +1,4 @@
-"""The gateway's atomic admission script (shared.admission_script.ENQUEUE_LUA) on a real
+"""The gateway's atomic admission script (shared.fleet.admission_script.ENQUEUE_LUA) on a real
 redis-server.
 
 KEYS: the version's readiness set, the request stream, the request's admission record. ARGV: the
@@ -16,10 +16,12 @@ import pytest
 import redis.asyncio as aioredis
 import redis.exceptions
 
-from shared import clock, envelope, keys, readiness, streams
-from shared.admission_script import ENQUEUE_LUA, admission_call
-from shared.coalesced_script import CoalescedScript
-from shared.envelope import InferRequest, RequestHeader, Tensor
+from shared.fleet import readiness, streams
+from shared.fleet.admission_script import ENQUEUE_LUA, admission_call
+from shared.fleet.coalesced_script import CoalescedScript
+from shared.runtime import clock
+from shared.wire import envelope, keys
+from shared.wire.envelope import InferRequest, RequestHeader, Tensor
 
 MODEL, VERSION, PRIORITY = "simple", 1, 1
 READY = keys.ready(MODEL, VERSION)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from scheduler import ensemble_scripts as scripts
-from shared import keys
+from scheduler.ensemble import scripts
+from shared.wire import keys
 
 STATE = keys.ensemble_state("ens", 1, "r1")
 OTHER = keys.ensemble_state("ens", 1, "r2")

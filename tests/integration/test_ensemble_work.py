@@ -11,13 +11,14 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from scheduler.ensemble_known import KnownStates
-from scheduler.ensemble_progress import EnsembleProgress
-from scheduler.ensemble_work import EnsembleWork
-from shared import envelope, keys, streams
-from shared.ensemble_graph import steps_of
-from shared.envelope import InferRequest, Reply, RequestHeader, Tensor
+from scheduler.ensemble.known import KnownStates
+from scheduler.ensemble.progress import EnsembleProgress
+from scheduler.ensemble.work import EnsembleWork
+from shared.fleet import streams
 from shared.model_config import ModelConfig, parse_pbtxt
+from shared.model_config.ensemble_graph import steps_of
+from shared.wire import envelope, keys
+from shared.wire.envelope import InferRequest, Reply, RequestHeader, Tensor
 from tests.unit.test_ensemble_graph import DIAMOND, PAIR
 
 COMPOSING = parse_pbtxt(PAIR, "pair/config.pbtxt")

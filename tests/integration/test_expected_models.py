@@ -1,15 +1,15 @@
-"""What the mesh is expected to serve, against a real redis-server (shared.expected_models), and
-the gateway's answer for a model its table does not hold yet (gateway.model_table)."""
+"""What the mesh is expected to serve, against a real redis-server (shared.fleet.expected_models),
+and the gateway's answer for a model its table does not hold yet (gateway.core.model_table)."""
 
 from __future__ import annotations
 
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.model_table import ModelTable
-from shared import control, expected_models, model_registry, readiness
-from shared.control import IndexEntry
-from shared.errors import ConchError, ErrorCode
+from gateway.core.model_table import ModelTable
+from shared.fleet import control, expected_models, model_registry, readiness
+from shared.fleet.control import IndexEntry
+from shared.wire.errors import ConchError, ErrorCode
 from tests.integration.test_liveness_and_readiness import config
 
 

@@ -16,12 +16,12 @@ import pytest
 from litestar import get
 from litestar.testing import create_test_client
 
-from gateway.app import create_app
 from gateway.errors import EXCEPTION_HANDLERS
-from gateway.fastpath import FastInferApp
+from gateway.rest.app import create_app
+from gateway.rest.fastpath import FastInferApp
+from gateway.runtime.state import GatewayState
 from gateway.settings import GatewaySettings, graceful_shutdown_s
-from gateway.state import GatewayState
-from shared import model_registry
+from shared.fleet import model_registry
 from shared.model_config import parse_pbtxt
 
 SECRET = "password=hunter2 at /srv/secret/path"

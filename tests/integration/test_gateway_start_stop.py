@@ -13,9 +13,9 @@ import asyncio
 import time
 
 from conch.ports import free_port
-from gateway.process_status import GatewayProcess
+from gateway.runtime.state import GatewayState
+from gateway.runtime.status import GatewayProcess
 from gateway.settings import GatewaySettings
-from gateway.state import GatewayState
 
 
 async def test_a_stop_asked_during_start_up_ends_the_wait_for_first_copies() -> None:

@@ -10,8 +10,10 @@ import asyncio
 
 import redis.asyncio as aioredis
 
-from shared import clock, heartbeats, keys, model_registry, readiness
+from shared.fleet import heartbeats, model_registry, readiness
 from shared.model_config import ModelConfig, parse_pbtxt
+from shared.runtime import clock
+from shared.wire import keys
 
 SHORT_TTL_MS = 60
 # Refreshed every third of this, for longer than this, under whatever load the tests run.

@@ -10,15 +10,17 @@ from types import SimpleNamespace
 import pytest
 import redis.asyncio as aioredis
 
-from gateway import auth
-from gateway.admin_bodies import TenantBody, WeightsBody
-from gateway.admin_store import AdminStore
-from gateway.auth import RateLimit, TenantTable
-from gateway.traffic_table import Shadow, TrafficTable
-from shared import control, heartbeats, keys, model_registry, readiness, repository
-from shared.errors import ConchError, ErrorCode
+from gateway.admin.bodies import TenantBody, WeightsBody
+from gateway.admin.store import AdminStore
+from gateway.core import auth
+from gateway.core.auth import RateLimit, TenantTable
+from gateway.routing.traffic_table import Shadow, TrafficTable
+from shared.fleet import control, heartbeats, model_registry, readiness
 from shared.model_config import parse_pbtxt
-from workers.control import ModelControl
+from shared.storage import repository
+from shared.wire import keys
+from shared.wire.errors import ConchError, ErrorCode
+from workers.loading.control import ModelControl
 
 CONFIG = parse_pbtxt(
     """

@@ -19,7 +19,7 @@ import conch.private_redis as private_redis
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from conch.private_redis_cluster import PrivateRedisCluster
-from shared.errors import ConchError
+from shared.wire.errors import ConchError
 
 
 @pytest.fixture

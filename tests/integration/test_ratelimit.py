@@ -1,4 +1,4 @@
-"""The token bucket script (gateway.ratelimit.TOKEN_BUCKET_LUA) on a real redis-server.
+"""The token bucket script (gateway.core.ratelimit.TOKEN_BUCKET_LUA) on a real redis-server.
 
 Time is passed explicitly (ARGV[1], microseconds) so the arithmetic is checked exactly; the
 gateways pass 0 and the script uses Redis's own clock.
@@ -11,10 +11,10 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.auth import RateLimit, Tenant
-from gateway.ratelimit import RateLimiter
-from shared import keys
-from shared.errors import ConchError, ErrorCode
+from gateway.core.auth import RateLimit, Tenant
+from gateway.core.ratelimit import RateLimiter
+from shared.wire import keys
+from shared.wire.errors import ConchError, ErrorCode
 
 T0 = 1_700_000_000_000_000
 LIMIT = RateLimit(requests_per_second=50, burst=10)

@@ -16,13 +16,14 @@ import pytest
 import redis.asyncio as aioredis
 
 from conch.private_redis import PrivateRedis
-from gateway.http_codec import parse_infer_request
+from gateway.rest.codec import parse_infer_request
+from gateway.runtime.state import GatewayState
 from gateway.settings import GatewaySettings
-from gateway.state import GatewayState
-from shared import envelope, keys, model_registry, readiness
-from shared.errors import ConchError
+from shared.fleet import model_registry, readiness
+from shared.fleet.replies import ReplyRouter
 from shared.model_config import parse_pbtxt
-from shared.replies import ReplyRouter
+from shared.wire import envelope, keys
+from shared.wire.errors import ConchError
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import until
 

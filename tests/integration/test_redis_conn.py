@@ -7,7 +7,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from conch.private_redis import PrivateRedis
-from shared import redis_conn
+from shared.runtime import redis_conn
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.model_table import ModelTable
-from gateway.repository_control import RepositoryControl
-from shared import keys, model_config, repository
-from shared.errors import ConchError, ErrorCode
-from shared.model_paths import check_model_name, confined
+from gateway.core.model_table import ModelTable
+from gateway.repository.control import RepositoryControl
+from shared import model_config
+from shared.storage import repository
+from shared.storage.model_paths import check_model_name, confined
+from shared.wire import keys
+from shared.wire.errors import ConchError, ErrorCode
 
 
 @pytest.fixture

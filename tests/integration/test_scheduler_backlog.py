@@ -17,9 +17,10 @@ from typing import Any
 import redis.asyncio as aioredis
 
 import scheduler
-from scheduler.pending import PendingRequests
-from shared import envelope, keys, streams
-from shared.envelope import RequestHeader
+from scheduler.queueing.pending import PendingRequests
+from shared.fleet import streams
+from shared.wire import envelope, keys
+from shared.wire.envelope import RequestHeader
 from tests.queue_harness import CONSUMER, MODEL, VERSION, Harness, model_config
 
 SCHEDULER_DIR = str(Path(scheduler.__file__).parent)

@@ -19,9 +19,12 @@ import redis.asyncio as aioredis
 from conch.private_redis import PrivateRedis
 from scheduler.service import SchedulerService
 from scheduler.settings import SchedulerSettings
-from shared import envelope, keys, metrics, model_registry, readiness, redis_conn
-from shared.envelope import InferRequest, RequestHeader, Tensor
-from shared.errors import ErrorCode
+from shared import metrics
+from shared.fleet import model_registry, readiness
+from shared.runtime import redis_conn
+from shared.wire import envelope, keys
+from shared.wire.envelope import InferRequest, RequestHeader, Tensor
+from shared.wire.errors import ErrorCode
 from tests.queue_harness import MODEL, VERSION, Harness, eventually, model_config
 from tests.tcp_proxy import TcpProxy
 

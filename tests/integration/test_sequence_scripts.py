@@ -13,13 +13,13 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.sequence_admission import SequenceAdmission
-from shared import keys
-from shared.envelope import InferRequest, Reply, Tensor
-from shared.errors import ConchError
+from gateway.core.sequence_admission import SequenceAdmission
 from shared.model_config import parse_pbtxt
-from shared.sequence_config import sequence_spec
-from shared.sequence_params import SequenceParams
+from shared.model_config.sequences import sequence_spec
+from shared.wire import keys
+from shared.wire.envelope import InferRequest, Reply, Tensor
+from shared.wire.errors import ConchError
+from shared.wire.sequence_params import SequenceParams
 from workers.sequence.store import (
     ALREADY,
     COMMITTED,

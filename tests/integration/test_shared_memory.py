@@ -13,12 +13,12 @@ import pytest
 import redis.asyncio as aioredis
 import tritonclient.utils.shared_memory as shm
 
-from gateway.http_codec import parse_infer_request
-from gateway.infer_extensions import InferExtensions
-from gateway.shared_memory import CUDA, DISABLED, SharedMemoryManager
-from shared.envelope import Tensor
-from shared.errors import ConchError, ErrorCode
+from gateway.extensions.around_infer import InferExtensions
+from gateway.extensions.shared_memory import CUDA, DISABLED, SharedMemoryManager
+from gateway.rest.codec import parse_infer_request
 from shared.model_config import ModelConfig, from_json
+from shared.wire.envelope import Tensor
+from shared.wire.errors import ConchError, ErrorCode
 
 SIZE = 64
 

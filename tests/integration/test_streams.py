@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from shared import streams
+from shared.fleet import streams
 
 STREAM = "conch:test:stream"
 GROUP = "workers"

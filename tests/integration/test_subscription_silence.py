@@ -3,7 +3,7 @@ redis-server behind a proxy that can stall its connections (open, silent both wa
 
 redis-py's ``listen()`` waits for good on such a connection; every subscriber of the mesh
 (cancels, the change feed, log settings, the scheduler's batch-done notices) reads through
-``shared.subscription.published`` instead, which probes a quiet subscription and gives it up
+``shared.runtime.subscription.published`` instead, which probes a quiet subscription and gives it up
 when the probe goes unanswered.
 """
 
@@ -18,7 +18,9 @@ import redis
 import redis.asyncio as aioredis
 
 from conch.private_redis import PrivateRedis
-from shared import cancel_listener, keys, subscription
+from shared.fleet import cancel_listener
+from shared.runtime import subscription
+from shared.wire import keys
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import until
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from shared import envelope, keys
-from shared.errors import ErrorCode
+from shared.wire import envelope, keys
+from shared.wire.errors import ErrorCode
 from tests.queue_harness import (
     MODEL,
     REPLY_TO,

@@ -15,7 +15,9 @@ import redis
 import redis.asyncio as aioredis
 
 from conch.private_redis import PrivateRedis
-from shared import clock, keys, metrics
+from shared import metrics
+from shared.runtime import clock
+from shared.wire import keys
 from tests.tcp_proxy import TcpProxy
 from tests.worker_harness import (
     BATCHES,
@@ -27,7 +29,7 @@ from tests.worker_harness import (
     replies,
     write_repository,
 )
-from workers.batch_loop import BatchLoop
+from workers.batches.batch_loop import BatchLoop
 
 
 @pytest.fixture

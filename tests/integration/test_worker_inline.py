@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import redis.asyncio as aioredis
 
-from shared import keys
+from shared.wire import keys
 from tests.worker_harness import (
     BATCHES,
     MODEL,

@@ -1,4 +1,4 @@
-"""shared/metrics/ and shared/tracing.py without a mesh: exposition, multiprocess
+"""shared/metrics/ and shared/runtime/tracing.py without a mesh: exposition, multiprocess
 aggregation, the counters behind the statistics extension, and trace propagation."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared import envelope, metrics, tracing
+from shared import metrics
+from shared.runtime import tracing
+from shared.wire import envelope
 from tests.multiprocess_metrics import families_after_children, gateway_request_counts
 
 ROOT = Path(__file__).resolve().parents[2]

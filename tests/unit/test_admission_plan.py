@@ -1,16 +1,16 @@
-"""A version's admission plan (``gateway.admission_plan``) gives exactly what the per-request
+"""A version's admission plan (``gateway.core.admission_plan``) gives exactly what the per-request
 builders give: ``admission_call``'s keys and arguments, ``queue_ticket``'s ticket."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.admission_plan import AdmissionPlans
-from shared.admission_script import admission_call
-from shared.direct_path import direct_levels
-from shared.errors import ConchError
+from gateway.core.admission_plan import AdmissionPlans
+from shared.fleet.admission_script import admission_call
+from shared.fleet.direct_path import direct_levels
 from shared.model_config import parse_pbtxt
-from shared.queue_ticket import queue_ticket
+from shared.wire.errors import ConchError
+from shared.wire.queue_ticket import queue_ticket
 
 
 def _config(batching: str):  # type: ignore[no-untyped-def]

@@ -122,7 +122,7 @@ def _top(module: str) -> str:
 
 def test_the_walker_sees_every_package_and_their_imports() -> None:
     assert {_top(m) for m in MODULES} == set(PACKAGES)
-    assert "shared.keys" in GRAPH["gateway.dataplane"]
+    assert "shared.wire.keys" in GRAPH["gateway.core.dataplane"]
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
@@ -168,3 +168,38 @@ def test_modules_stay_small_or_say_why() -> None:
             if lines > SIZE_LIMIT and SIZE_REASON not in head:
                 too_long.append(f"{path.relative_to(ROOT)}: {lines} lines")
     assert too_long == []
+
+
+# The modules each folder may keep at its top; everything else lives in a room (a sub-package)
+# named for its concept (docs/architecture.md, "Rooms inside the services").
+TOP_LEVEL = {
+    "shared": set(),
+    "gateway": {"settings", "errors", "server_identity"},
+    "scheduler": {"service", "settings"},
+    "workers": {
+        "service", "settings", "backend", "backend_table", "heartbeat", "gpu_metrics",
+        "loaded_metrics",
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("folder", sorted(TOP_LEVEL))
+def test_a_folder_keeps_only_its_entry_points_at_its_top(folder: str) -> None:
+    loose = sorted(
+        path.stem
+        for path in (ROOT / folder).glob("*.py")
+        if path.stem not in {"__init__", "__main__"} | TOP_LEVEL[folder]
+    )
+    assert loose == [], f"put {loose} in a room of {folder}/ (docs/architecture.md)"
+
+
+@pytest.mark.parametrize("room", ["shared.wire", "shared.runtime"])
+def test_the_contract_and_the_plumbing_do_not_depend_on_the_fleet(room: str) -> None:
+    crossing = sorted(
+        f"{module} -> {target}"
+        for module, targets in GRAPH.items()
+        if module.startswith(f"{room}.")
+        for target in targets
+        if target.startswith("shared.fleet")
+    )
+    assert crossing == []

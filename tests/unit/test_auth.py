@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 
 from conch.admin import parse_model_limits, parse_weights
-from gateway import admin_validation, auth
-from gateway.auth import RateLimit, Tenant, TenantTable
-from gateway.ratelimit import buckets_for
-from shared import control, keys
-from shared.errors import ConchError, ErrorCode
+from gateway.admin import validation as admin_validation
+from gateway.core import auth
+from gateway.core.auth import RateLimit, Tenant, TenantTable
+from gateway.core.ratelimit import buckets_for
+from shared.fleet import control
 from shared.model_config import parse_pbtxt
-from shared.queue_ticket import queue_ticket
+from shared.wire import keys
+from shared.wire.errors import ConchError, ErrorCode
+from shared.wire.queue_ticket import queue_ticket
 
 
 def table(allow_anonymous: bool = True) -> TenantTable:

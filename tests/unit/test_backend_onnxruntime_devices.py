@@ -16,8 +16,8 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper  # noqa: E402
 
-from shared.errors import ConchError, ErrorCode  # noqa: E402
 from shared.model_config import InstanceGroup, parse_pbtxt  # noqa: E402
+from shared.wire.errors import ConchError, ErrorCode  # noqa: E402
 from workers.backend import LoadSpec, ModelRequest  # noqa: E402
 from workers.onnxruntime.backend import OnnxRuntimeBackend, OnnxRuntimeInstance  # noqa: E402
 

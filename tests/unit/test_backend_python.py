@@ -23,12 +23,12 @@ import numpy as np
 import psutil
 import pytest
 
-from shared.errors import ConchError, ErrorCode
 from shared.model_config import InstanceGroup, parse_pbtxt
-from shared.repository import RepositoryModel, read_model
+from shared.storage.repository import RepositoryModel, read_model
+from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import LoadSpec, ModelInstance, ModelRequest
+from workers.loading.warmup import run_warmup
 from workers.python.backend import PythonBackend, PythonModelInstance
-from workers.warmup import run_warmup
 
 ROOT = Path(__file__).resolve().parents[2]
 UTILS_DIR = ROOT / "workers" / "python"
@@ -303,7 +303,7 @@ def test_sigterm_to_the_group_does_not_kill_the_model(
 
 WORKER = """
 import sys, time
-from shared.repository import read_model
+from shared.storage.repository import read_model
 from workers.backend import LoadSpec
 from workers.python.backend import PythonBackend
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from shared.model_config import parse_pbtxt
-from shared.repository import RepositoryModel
+from shared.storage.repository import RepositoryModel
 from workers.backend import FrameSink, LoadSpec, ModelInstance, ModelRequest
 from workers.python.backend import PythonBackend
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from shared import model_config
-from shared.errors import ConchError
-from shared.repository import read_model
-from workers import auto_complete
+from shared.storage.repository import read_model
+from shared.wire.errors import ConchError
 from workers.backend import LoadSpec, ModelRequest
+from workers.loading import auto_complete
 from workers.onnxruntime.backend import OnnxRuntimeBackend
 from workers.python.backend import PythonBackend
 from workers.python.custom_metrics import render

@@ -18,17 +18,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from shared.errors import ConchError, ErrorCode  # noqa: E402
 from shared.model_config import InstanceGroup, parse_pbtxt  # noqa: E402
-from shared.repository import RepositoryModel, read_model  # noqa: E402
+from shared.storage.repository import RepositoryModel, read_model  # noqa: E402
+from shared.wire.errors import ConchError, ErrorCode  # noqa: E402
 from workers.backend import LoadSpec, ModelRequest  # noqa: E402
+from workers.loading.warmup import run_warmup  # noqa: E402
 from workers.pytorch.backend import (  # noqa: E402
     PyTorchBackend,
     PyTorchInstance,
     input_order,
     output_positions,
 )
-from workers.warmup import run_warmup  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import ConchError, ErrorCode
 from shared.model_config import InstanceGroup, parse_pbtxt
+from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import LoadSpec
 from workers.backend_table import load_backend
 from workers.tensorrt.backend import TensorRTBackend, host_problems

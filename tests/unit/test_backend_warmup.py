@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared.errors import ConchError, ErrorCode
 from shared.model_config import ModelConfig, parse_pbtxt
+from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Execution, ModelInstance, ModelRequest, ModelResult
-from workers.warmup import run_warmup, warmup_batches
+from workers.loading.warmup import run_warmup, warmup_batches
 
 HEAD = """
 name: "m" backend: "python" max_batch_size: {mbs}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from scheduler.batcher import BatchPolicy, Decision, decide
+from scheduler.queueing.batcher import BatchPolicy, Decision, decide
 
 DELAY = 1_000  # microseconds
 

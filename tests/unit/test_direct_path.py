@@ -1,9 +1,9 @@
-"""Which models may take the direct path (``shared.direct_path``): Triton's rule sends a
+"""Which models may take the direct path (``shared.fleet.direct_path``): Triton's rule sends a
 request at once only where the batcher would not wait for more."""
 
 from __future__ import annotations
 
-from shared.direct_path import direct_levels
+from shared.fleet.direct_path import direct_levels
 from shared.model_config import parse_pbtxt
 
 TENSORS = """

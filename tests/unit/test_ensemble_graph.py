@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.ensemble_graph import composing_models, runnable, steps_of, validate
-from shared.errors import ConchError, ErrorCode
 from shared.model_config import ModelConfig, parse_pbtxt
+from shared.model_config.ensemble_graph import composing_models, runnable, steps_of, validate
+from shared.wire.errors import ConchError, ErrorCode
 
 PAIR = """\
 name: "pair"

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from workers.backend import Execution, ModelInstance, ModelRequest, TensorModelInstance
-from workers.executions import AUTO_INLINE_US, Executions, inline_bound_us
+from workers.batches.executions import AUTO_INLINE_US, Executions, inline_bound_us
 
 
 class _Tensor(TensorModelInstance):

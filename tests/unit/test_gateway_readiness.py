@@ -1,4 +1,4 @@
-"""Strict readiness of a gateway process and of its service (gateway.readiness)."""
+"""Strict readiness of a gateway process and of its service (gateway.runtime.readiness)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from gateway.model_table import ModelTable
-from gateway.process_status import NOT_READY, READY, STARTING, GatewayProcess, ProcessStatus
-from gateway.readiness import Readiness
-from shared.control import IndexEntry
-from shared.errors import ConchError, ErrorCode
-from shared.expected_models import Expectations, LoadError
+from gateway.core.model_table import ModelTable
+from gateway.runtime.readiness import Readiness
+from gateway.runtime.status import NOT_READY, READY, STARTING, GatewayProcess, ProcessStatus
+from shared.fleet.control import IndexEntry
+from shared.fleet.expected_models import Expectations, LoadError
+from shared.wire.errors import ConchError, ErrorCode
 
 
 class _Redis:

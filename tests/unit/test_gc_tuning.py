@@ -12,7 +12,7 @@ from gateway.settings import GatewaySettings
 # Run in a child: gc.freeze() and the thresholds are the whole process's, for good.
 _PROBE = """
 import gc, sys
-from shared import gc_tuning
+from shared.runtime import gc_tuning
 kept = [[n] for n in range(5000)]  # alive at "start-up": frozen
 gc_tuning.settle(int(sys.argv[1]))
 print(gc.get_threshold()[0], gc.get_freeze_count() >= len(kept))

@@ -1,5 +1,5 @@
 """The statistics extension over gRPC: the JSON counters converted into tritonclient's
-``ModelStatistics`` message (``gateway.grpc_service`` uses ``json_format.ParseDict`` with the
+``ModelStatistics`` message (``gateway.grpc.service`` uses ``json_format.ParseDict`` with the
 same dict). Every field the proto has is filled; ``cancel`` reaches gRPC clients the day the
 proto has it (docs/protocol.md says it does not yet: this test fails then, to update it)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
-from gateway.stats import model_stats
+from gateway.extensions.stats import model_stats
 
 RAW = {
     b"success_count": b"5",

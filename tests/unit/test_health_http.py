@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from shared import health_http
-from shared.exits import EXIT_FINAL
-from shared.health_http import HealthServer
+from shared.runtime import health_http
+from shared.runtime.exits import EXIT_FINAL
+from shared.runtime.health_http import HealthServer
 
 
 @pytest.fixture

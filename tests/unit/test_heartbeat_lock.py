@@ -12,7 +12,7 @@ import asyncio
 
 import pytest
 
-from shared.heartbeat_thread import HeartbeatThread
+from shared.fleet.heartbeat_thread import HeartbeatThread
 
 
 def _beats() -> HeartbeatThread:

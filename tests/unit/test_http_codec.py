@@ -18,14 +18,14 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from gateway.http_codec import (
+from gateway.rest.codec import (
     encode_infer_response,
     parse_infer_request,
 )
-from gateway.request_limits import decompress as bounded_decompress
-from shared import tensors
-from shared.envelope import Tensor
-from shared.errors import ConchError, ErrorCode
+from gateway.rest.request_limits import decompress as bounded_decompress
+from shared.wire import tensors
+from shared.wire.envelope import Tensor
+from shared.wire.errors import ConchError, ErrorCode
 
 Client = httpclient.InferenceServerClient
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from shared.ids import new_id
+from shared.runtime.ids import new_id
 
 
 def test_ids_are_unique_and_a_forked_child_starts_a_prefix_of_its_own() -> None:

@@ -1,4 +1,4 @@
-"""Exclusive listening ports (shared.listen) and conch up's port plan (conch.port_plan)."""
+"""Exclusive listening ports (shared.runtime.listen) and conch up's port plan (conch.port_plan)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ import pytest
 
 from conch.port_plan import clash, ports_of
 from conch.ports import free_port
-from shared.listen import PortError, PortInUse, bind_listener, check_free, holder, listening_inodes
+from shared.runtime.listen import (
+    PortError,
+    PortInUse,
+    bind_listener,
+    check_free,
+    holder,
+    listening_inodes,
+)
 
 
 def _args(**overrides: object) -> argparse.Namespace:

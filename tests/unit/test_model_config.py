@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import ConchError, ErrorCode
 from shared.model_config import (
     QueuePolicy,
     VersionPolicy,
@@ -20,6 +19,7 @@ from shared.model_config import (
     load,
     parse_pbtxt,
 )
+from shared.wire.errors import ConchError, ErrorCode
 
 SOURCE = "models/m/config.pbtxt"
 MINIMAL = 'name: "m"\nplatform: "onnxruntime_onnx"\n'

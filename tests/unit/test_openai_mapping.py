@@ -24,9 +24,9 @@ from gateway.openai.requests import (
     parsed_request,
 )
 from gateway.openai.responses import ChunkWriter, Totals, read_frame, response_body
-from shared import tensors
-from shared.envelope import Reply, Tensor
-from shared.errors import ConchError, ErrorCode
+from shared.wire import tensors
+from shared.wire.envelope import Reply, Tensor
+from shared.wire.errors import ConchError, ErrorCode
 
 
 def _body(**fields: Any) -> bytes:

@@ -13,16 +13,18 @@ import numpy as np
 import pytest
 
 from conch import cache_config
-from gateway import classification, header_forwarding, trace_settings
-from gateway.http_codec import RequestedOutput, parse_infer_request
-from gateway.repository_files import load_request
-from gateway.response_cache import cacheable, request_key
-from gateway.shm_params import shm_ref
-from gateway.validation import ValidRequest
-from shared import log_settings, model_files, tensors
-from shared.envelope import Tensor
-from shared.errors import ConchError, ErrorCode
+from gateway.core.validation import ValidRequest
+from gateway.extensions import classification, header_forwarding, trace_settings
+from gateway.extensions.response_cache import cacheable, request_key
+from gateway.extensions.shm_params import shm_ref
+from gateway.repository.files import load_request
+from gateway.rest.codec import RequestedOutput, parse_infer_request
+from shared.fleet import log_settings
 from shared.model_config import from_json
+from shared.storage import model_files
+from shared.wire import tensors
+from shared.wire.envelope import Tensor
+from shared.wire.errors import ConchError, ErrorCode
 
 
 def tensor(name: str, values: np.ndarray, datatype: str) -> Tensor:

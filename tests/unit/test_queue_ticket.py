@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from shared.errors import ConchError, ErrorCode
 from shared.model_config import ModelConfig, parse_pbtxt
-from shared.queue_ticket import QueueTicket, queue_ticket
+from shared.wire.errors import ConchError, ErrorCode
+from shared.wire.queue_ticket import QueueTicket, queue_ticket
 
 HEAD = """
 name: "m"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from redis.crc import key_slot
 
-from scheduler.slot_reads import by_slot
-from shared import keys, redis_cluster
+from scheduler.reading.slot_reads import by_slot
+from shared.runtime import redis_cluster
+from shared.wire import keys
 
 
 def test_a_cluster_url_names_its_nodes_and_credentials() -> None:

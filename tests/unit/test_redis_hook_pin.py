@@ -1,4 +1,4 @@
-"""shared/redis_conn.py replaces redis-py's ``Connection.pack_command``: these fail when the
+"""shared/runtime/redis_conn.py replaces redis-py's ``Connection.pack_command``: these fail when the
 installed redis-py is not the release that hook was checked against, or the method is gone, so
 that an upgrade is a deliberate act (check the hook, then move the pins)."""
 
@@ -15,7 +15,7 @@ import pytest
 from packaging.requirements import Requirement
 from redis.asyncio.connection import AbstractConnection, Connection
 
-from shared import redis_conn
+from shared.runtime import redis_conn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +59,7 @@ def test_importing_the_module_fails_under_another_redis_py() -> None:
         "from importlib import metadata\n"
         "real = metadata.version\n"
         "metadata.version = lambda name: '99.0.0' if name == 'redis' else real(name)\n"
-        "import shared.redis_conn\n"
+        "import shared.runtime.redis_conn\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(

@@ -15,9 +15,9 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from shared.errors import ConchError, ErrorCode
 from shared.model_config import parse_pbtxt
-from shared.repository import read_model, scan
+from shared.storage.repository import read_model, scan
+from shared.wire.errors import ConchError, ErrorCode
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -1,5 +1,5 @@
 """A gateway process's per-request metrics, written once per loop turn
-(``gateway.request_tally``): the same series as one write per request, and nothing lost."""
+(``gateway.core.request_tally``): the same series as one write per request, and nothing lost."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 
-from gateway.request_tally import RequestTally, observe_many
+from gateway.core.request_tally import RequestTally, observe_many
 from shared.metrics.families import LATENCY_BUCKETS
 from tests.multiprocess_metrics import families_after_children, gateway_request_counts
 
@@ -90,7 +90,7 @@ def test_answers_left_by_a_loop_that_closed_go_out_with_the_next_loops() -> None
 
 _CHILD = """
 import asyncio, sys
-from gateway.request_tally import record_request
+from gateway.core.request_tally import record_request
 async def main():
     for n in range(int(sys.argv[1])):
         record_request("mp_t", 1, "routed", "OK", 0.001 * n)

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared.errors import ConchError, ErrorCode
 from shared.model_config import parse_pbtxt
-from shared.sequence_config import sequence_spec
-from shared.sequence_params import FLAG_END, FLAG_START, check_grpc_choice, lenient, parse
+from shared.model_config.sequences import sequence_spec
+from shared.wire.errors import ConchError, ErrorCode
+from shared.wire.sequence_params import FLAG_END, FLAG_START, check_grpc_choice, lenient, parse
 from workers.sequence import state as state_codec
 from workers.sequence.controls import control_tensors
 from workers.sequence.policy import assign_slot, plan_direct, plan_oldest

@@ -10,13 +10,13 @@ import pytest
 from conch import supervisor
 from conch.service_output import FirstError
 from conch.worker_plan import plan_workers, visible_gpus
-from gateway import process_supervisor
-from shared import cpu_budget
-from shared.control import DesiredState, IndexEntry
-from shared.errors import ConchError
-from shared.expected_models import Expectations, LoadError, expected, not_ready
+from gateway.runtime import supervisor as process_supervisor
+from shared.fleet.control import DesiredState, IndexEntry
+from shared.fleet.expected_models import Expectations, LoadError, expected, not_ready
 from shared.model_config import InstanceGroup, ModelConfig, VersionPolicy
-from workers.placement import Devices, placements
+from shared.runtime import cpu_budget
+from shared.wire.errors import ConchError
+from workers.loading.placement import Devices, placements
 
 
 def _config(*groups: InstanceGroup, name: str = "m") -> ModelConfig:
@@ -179,8 +179,8 @@ def test_backoff_doubles_to_ten_seconds() -> None:
             "boom: ValueError: bad",
         ),
         (["conch worker: no torch\n"], "conch worker: no torch"),
-        (["2026-01-01 00:00:00,000 worker ERROR workers.startup: model load failed\n"],
-         "2026-01-01 00:00:00,000 worker ERROR workers.startup: model load failed"),
+        (["2026-01-01 00:00:00,000 worker ERROR workers.loading.startup: model load failed\n"],
+         "2026-01-01 00:00:00,000 worker ERROR workers.loading.startup: model load failed"),
         (['{"level":"warning","msg":"slow"}\n', "all good\n"], None),
     ],
 )  # fmt: skip

@@ -7,13 +7,13 @@ import asyncio
 import numpy as np
 import pytest
 
-from gateway import sse
-from gateway.generate_codec import generate_response, parse_generate_request
-from shared import tensors
-from shared.envelope import Reply, decode_replies, encode
-from shared.errors import ConchError, ErrorCode
+from gateway.rest import sse
+from gateway.rest.generate_codec import generate_response, parse_generate_request
+from shared.fleet.reply_stream import ReplyStream
 from shared.model_config import parse_pbtxt
-from shared.reply_stream import ReplyStream
+from shared.wire import tensors
+from shared.wire.envelope import Reply, decode_replies, encode
+from shared.wire.errors import ConchError, ErrorCode
 
 
 def _frame(seq: int, final: bool = False, error: str = "") -> Reply:

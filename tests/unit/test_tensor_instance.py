@@ -11,8 +11,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from shared.errors import ConchError, ErrorCode
 from shared.model_config import ModelConfig, parse_pbtxt
+from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Execution, ModelRequest, TensorModelInstance
 
 

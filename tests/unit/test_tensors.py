@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shared import datatypes, tensors
-from shared.envelope import Tensor
-from shared.errors import ConchError, ErrorCode
+from shared.wire import datatypes, tensors
+from shared.wire.envelope import Tensor
+from shared.wire.errors import ConchError, ErrorCode
 
 BF16 = datatypes.BY_NAME["BF16"].dtype
 

@@ -1,4 +1,5 @@
-"""One timer per process, and one instant per period for the whole mesh (``shared.ticks``)."""
+"""One timer per process, and one instant per period for the whole mesh
+(``shared.runtime.ticks``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 
 import pytest
 
-from shared import ticks
+from shared.runtime import ticks
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """The gateway answers inference inside uvicorn's private ``HttpToolsProtocol._start_asgi_task``
-(``gateway.http_protocol``), so it runs only on the uvicorn release the hook was written against.
+(``gateway.rest.protocol``), so it runs only on the uvicorn release the hook was written against.
 These tests fail (the import first of all) when another uvicorn is installed or the hooked method
 is gone: upgrading uvicorn is a deliberate act."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway import http_protocol
+from gateway.rest import protocol as http_protocol
 
 
 def test_installed_uvicorn_is_the_one_the_hook_was_written_against() -> None:

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from gateway.http_codec import ParsedRequest, RequestedOutput, parse_infer_request
-from gateway.validation import ValidRequest, validate
-from shared import tensors
-from shared.envelope import Tensor
-from shared.errors import ConchError, ErrorCode
+from gateway.core.validation import ValidRequest, validate
+from gateway.rest.codec import ParsedRequest, RequestedOutput, parse_infer_request
 from shared.model_config import ModelConfig, parse_pbtxt
+from shared.wire import tensors
+from shared.wire.envelope import Tensor
+from shared.wire.errors import ConchError, ErrorCode
 
 # Triton's `simple` model: two INT32 [16] inputs, two outputs, batching up to 8.
 SIMPLE_PBTXT = """
@@ -329,7 +329,8 @@ def test_raw_binary_request_for_a_variable_shape_input_is_rejected() -> None:
     assert "'T'" in message and "fixed dims" in message
 
 
-# --- the checks remembered per config (gateway.validation._checked_inputs) ---------------------
+# --- the checks remembered per config (gateway.core.validation._checked_inputs)
+# ---------------------
 
 
 def test_remembered_checks_answer_as_the_first_and_refuse_what_differs() -> None:

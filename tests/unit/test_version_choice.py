@@ -8,17 +8,17 @@ from collections import Counter
 
 import pytest
 
-from gateway.traffic_table import Shadow, TrafficTable
-from gateway.version_choice import (
+from gateway.routing.traffic_table import Shadow, TrafficTable
+from gateway.routing.version_choice import (
     choose_shadow,
     choose_version,
     is_live,
     live_versions,
     route_point,
 )
-from gateway.version_router import VersionRouter
-from shared.errors import ConchError, ErrorCode
+from gateway.routing.version_router import VersionRouter
 from shared.model_config import parse_pbtxt
+from shared.wire.errors import ConchError, ErrorCode
 
 SIMPLE = parse_pbtxt(
     """

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from scheduler.version_queue import VersionQueue
-from shared.envelope import RequestHeader
+from scheduler.queueing.version_queue import VersionQueue
 from shared.model_config import parse_pbtxt
+from shared.wire.envelope import RequestHeader
 
 CONFIG = parse_pbtxt(
     """

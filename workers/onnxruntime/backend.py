@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from shared.errors import ConchError, ErrorCode
 from shared.model_config import ModelConfig
+from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Backend, LoadSpec, ModelInstance, TensorModelInstance
 
 log = logging.getLogger(__name__)

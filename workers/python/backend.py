@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from shared import datatypes
-from shared.errors import ConchError, ErrorCode
 from shared.model_config import ModelConfig
+from shared.wire import datatypes
+from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import (
     Backend,
     Execution,

@@ -1,9 +1,9 @@
 """BLS in a Python model process: ``pb_utils.InferenceRequest(...).exec()`` / ``async_exec()``.
 
 A call is a request of the mesh like any other: it is submitted to the called model's queue with
-the shared admission script (``shared.submission``), so it is batched with that model's other
+the shared admission script (``shared.fleet.submission``), so it is batched with that model's other
 requests and scheduled by priority, and its reply comes back on this process's own reply stream
-(``shared.replies``, the gateway's reply reader). It carries the calling requests' priority,
+(``shared.fleet.replies``, the gateway's reply reader). It carries the calling requests' priority,
 tenant and remaining deadline (those of the batch ``execute`` is running: the earliest deadline,
 the most urgent priority); an explicit ``timeout`` (microseconds, Triton's argument) can only
 shorten it.
@@ -31,14 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from shared import keys, model_registry, readiness, redis_conn, tensors
-from shared.envelope import Reply
-from shared.errors import ConchError, ErrorCode
-from shared.ids import new_id
+from shared.fleet import model_registry, readiness
+from shared.fleet.replies import ReplyRouter
+from shared.fleet.submission import Submitter
 from shared.model_config import ModelConfig
-from shared.replies import ReplyRouter
-from shared.settings import Settings
-from shared.submission import Submitter
+from shared.runtime import redis_conn
+from shared.runtime.ids import new_id
+from shared.runtime.settings import Settings
+from shared.wire import keys, tensors
+from shared.wire.envelope import Reply
+from shared.wire.errors import ConchError, ErrorCode
 from workers.python.bls_caller import Caller
 from workers.python.bls_stream import BlsStream
 

@@ -2,8 +2,8 @@
 them.
 
 The call's frames come back on the model process's reply stream like a gateway's streamed
-request (``shared.reply_stream``: in ``seq`` order, duplicates dropped). Each response is asked
-for from the model's thread (``next_sync``) or its event loop (``next``) and read on the BLS
+request (``shared.fleet.reply_stream``: in ``seq`` order, duplicates dropped). Each response is
+asked for from the model's thread (``next_sync``) or its event loop (``next``) and read on the BLS
 client's loop. The stream ends with the called model's final frame (a flags-only final comes as
 an empty response, as in Triton), an error (as the response's ``error()``), or the call's
 deadline. A stream left before its end (the iterator closed or dropped) cancels the call, so
@@ -19,11 +19,11 @@ from concurrent.futures import Future
 
 import redis.asyncio as aioredis
 
-from shared.cancel_marks import mark_cancelled
-from shared.envelope import Reply
-from shared.errors import ErrorCode
-from shared.replies import ReplyRouter
-from shared.reply_stream import ReplyStream
+from shared.fleet.cancel_marks import mark_cancelled
+from shared.fleet.replies import ReplyRouter
+from shared.fleet.reply_stream import ReplyStream
+from shared.wire.envelope import Reply
+from shared.wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

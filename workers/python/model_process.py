@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from shared.errors import ConchError, ErrorCode
+from shared.wire.errors import ConchError, ErrorCode
 from workers.python import ipc, stub
 
 CONTEXT = mp.get_context("spawn")  # never fork a threaded worker

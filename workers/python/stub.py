@@ -93,7 +93,7 @@ def main(conn: Connection, init: dict[str, Any]) -> None:
 
 def _setup_logging(init: dict[str, Any]) -> None:
     """The worker's log format, every line naming the model and the instance."""
-    from shared import logs
+    from shared.runtime import logs
 
     args = init["args"]
     logs.setup(

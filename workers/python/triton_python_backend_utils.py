@@ -360,7 +360,7 @@ class InferenceResponse:
 
 
 def _bls_response(reply: Any) -> InferenceResponse:
-    from shared import tensors
+    from shared.wire import tensors
 
     if reply.error_code:
         names = TritonError.CODE_NAMES

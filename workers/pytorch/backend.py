@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from shared import datatypes
-from shared.errors import ConchError, ErrorCode
+from shared.wire import datatypes
+from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Backend, LoadSpec, ModelInstance, TensorModelInstance
 
 log = logging.getLogger(__name__)

@@ -17,10 +17,11 @@ import time
 
 import redis.asyncio as aioredis
 
-from shared import keys, metrics
-from shared.sequence_config import sequence_spec
+from shared import metrics
+from shared.model_config.sequences import sequence_spec
+from shared.wire import keys
+from workers.loading.version_host import VersionHost
 from workers.sequence.store import SequenceStore
-from workers.version_host import VersionHost
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
-from shared import redis_conn
+from shared.runtime import redis_conn
 
 log = logging.getLogger(__name__)
 

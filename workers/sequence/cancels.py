@@ -1,8 +1,8 @@
 """Cancelling a request of a sequence ends the sequence, as in Triton.
 
 The holder asks before it runs the head steps of its sequences (what the worker's cancel
-listener heard, and one MGET only for steps it may have missed: ``workers.cancel_check``), and
-again after an execution for the steps that ran (what was heard meanwhile). A cancelled step's
+listener heard, and one MGET only for steps it may have missed: ``workers.batches.cancel_check``),
+and again after an execution for the steps that ran (what was heard meanwhile). A cancelled step's
 sequence is released in one script (``CANCEL_LUA``): binding, committed state and queued steps
 go, its slot goes to the oldest backlogged sequence. The cancelled step, if it had not run, is
 answered CANCELLED and counted (``cancel`` in the statistics, once); the steps queued behind it
@@ -19,12 +19,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import envelope, keys, metrics, sequence_params
-from shared.cancel_listener import CancelledRequests
-from shared.envelope import InferRequest, Reply
-from shared.errors import ErrorCode
-from shared.publish import queue_replies
-from workers.cancel_check import CANCELLED_TEXT, WAITED_MS, cancelled_ids
+from shared import metrics
+from shared.fleet.cancel_listener import CancelledRequests
+from shared.fleet.publish import queue_replies
+from shared.wire import envelope, keys, sequence_params
+from shared.wire.envelope import InferRequest, Reply
+from shared.wire.errors import ErrorCode
+from workers.batches.cancel_check import CANCELLED_TEXT, WAITED_MS, cancelled_ids
 from workers.sequence.scripts import _HEAD, _PULL
 from workers.sequence.store import Head, SequenceStore
 

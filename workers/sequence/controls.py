@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared import datatypes
-from shared.sequence_config import END, READY, START, Control, SequenceSpec
-from shared.sequence_params import FLAG_END, FLAG_START
+from shared.model_config.sequences import END, READY, START, Control, SequenceSpec
+from shared.wire import datatypes
+from shared.wire.sequence_params import FLAG_END, FLAG_START
 
 
 def control_tensors(

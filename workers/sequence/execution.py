@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shared import envelope, metrics, sequence_params, tensors
-from shared.envelope import InferRequest, Reply, Timing
-from shared.errors import ErrorCode
+from shared import metrics
 from shared.model_config import ModelConfig
-from shared.sequence_config import SequenceSpec
-from shared.sequence_params import FLAG_END
+from shared.model_config.sequences import SequenceSpec
+from shared.wire import envelope, sequence_params, tensors
+from shared.wire.envelope import InferRequest, Reply, Timing
+from shared.wire.errors import ErrorCode
+from shared.wire.sequence_params import FLAG_END
 from workers.backend import Execution, ModelInstance, ModelRequest
 from workers.sequence import state as state_codec
 from workers.sequence.controls import control_tensors

@@ -18,11 +18,12 @@ import time
 
 import redis.asyncio as aioredis
 
-from shared import envelope, metrics
-from shared.cancel_listener import CancelledRequests
-from shared.sequence_config import SequenceSpec
+from shared import metrics
+from shared.fleet.cancel_listener import CancelledRequests
+from shared.model_config.sequences import SequenceSpec
+from shared.wire import envelope
 from workers.backend import ModelInstance
-from workers.loader import LoadedVersion
+from workers.loading.loader import LoadedVersion
 from workers.sequence import occupancy
 from workers.sequence import state as state_codec
 from workers.sequence.bells import read_bells

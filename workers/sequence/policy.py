@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from shared.sequence_config import SequenceSpec
+from shared.model_config.sequences import SequenceSpec
 
 
 class Candidate(Protocol):

@@ -1,13 +1,13 @@
 """The Lua a holding instance runs: commit a batch of steps, release idle sequences, and adopt
 (or hand over) the sequences of an instance that is gone.
 
-Each starts with ``shared.sequence_lua.LIBRARY`` (``P`` the version's key prefix, ``NOW`` ms),
+Each starts with ``shared.fleet.sequence_lua.LIBRARY`` (``P`` the version's key prefix, ``NOW`` ms),
 so placement and release follow the same rules as the gateway's admission.
 """
 
 from __future__ import annotations
 
-from shared.sequence_lua import LIBRARY
+from shared.fleet.sequence_lua import LIBRARY
 
 _HEAD = "local P, NOW = ARGV[1], tonumber(ARGV[2])\n" + LIBRARY
 

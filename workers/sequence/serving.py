@@ -13,10 +13,10 @@ from concurrent.futures import Executor
 
 import redis.asyncio as aioredis
 
-from shared.cancel_listener import CancelledRequests
-from shared.sequence_config import sequence_spec
+from shared.fleet.cancel_listener import CancelledRequests
+from shared.model_config.sequences import sequence_spec
 from workers.backend import Execution, ModelInstance, ModelRequest
-from workers.loader import LoadedVersion
+from workers.loading.loader import LoadedVersion
 from workers.sequence.holder import SequenceHolder
 from workers.settings import WorkerSettings
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from shared import sequence_params
-from shared.sequence_config import SequenceSpec
-from shared.sequence_params import FLAG_START
+from shared.model_config.sequences import SequenceSpec
+from shared.wire import sequence_params
+from shared.wire.sequence_params import FLAG_START
 from workers.sequence import state as state_codec
 from workers.sequence.execution import State
 from workers.sequence.store import Head, SequenceStore

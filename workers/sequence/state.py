@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import datatypes, tensors
-from shared.envelope import Tensor
-from shared.errors import ConchError, ErrorCode
-from shared.sequence_config import StateSpec
+from shared.model_config.sequences import StateSpec
+from shared.wire import datatypes, tensors
+from shared.wire.envelope import Tensor
+from shared.wire.errors import ConchError, ErrorCode
 
 INITIAL_STATE_FOLDER = "initial_state"
 

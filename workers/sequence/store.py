@@ -1,4 +1,4 @@
-"""Every Redis operation of one holding instance, over the keys of ``shared.keys``.
+"""Every Redis operation of one holding instance, over the keys of ``shared.wire.keys``.
 
 Round trips are batched: the heads of many sequences are read in one pipeline, the states of an
 execution's sequences in another, and an execution's replies and its commit go out together
@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from shared import envelope, keys, redis_conn
-from shared.envelope import InferRequest, Reply
-from shared.publish import queue_replies
+from shared.fleet.publish import queue_replies
+from shared.runtime import redis_conn
+from shared.wire import envelope, keys
+from shared.wire.envelope import InferRequest, Reply
 from workers.sequence.scripts import ADOPT_LUA, COMMIT_LUA, RELEASE_IDLE_LUA
 
 COMMITTED, ALREADY, OUT_OF_ORDER, RELEASED, NOT_HOLDER = 1, 2, 3, 4, 0

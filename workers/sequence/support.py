@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.errors import ConchError, ErrorCode
 from shared.model_config import ModelConfig
-from shared.sequence_config import sequence_spec
+from shared.model_config.sequences import sequence_spec
+from shared.wire.errors import ConchError, ErrorCode
 from workers.sequence.state import initial_state
 
 

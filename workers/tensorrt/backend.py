@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from shared import gpu
-from shared.errors import ConchError, ErrorCode
+from shared.runtime import gpu
+from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Backend, LoadSpec, ModelInstance, TensorModelInstance
 
 log = logging.getLogger(__name__)

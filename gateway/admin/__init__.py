@@ -1,0 +1,1 @@
+"""The admin API under ``/v2/admin/``: weights, shadow traffic, tenants and keys."""

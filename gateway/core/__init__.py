@@ -1,0 +1,1 @@
+"""The protocol-neutral data plane: admission, validation, the enqueue and the reply."""

@@ -1,0 +1,177 @@
+"""Admission of one step of a sequence: Triton's request checks, then one atomic script that
+binds the sequence to an instance slot and queues the step behind the sequence's earlier ones.
+
+Sequence requests do not go through a scheduler's request stream: the order of a sequence is
+decided here, once, by the script (Redis runs scripts one at a time), so requests sent through
+any gateway replica execute in arrival order on the one instance that holds the sequence. The
+script also does what Triton's sequence batcher does at enqueue: a step without START for an
+unknown, ended or idle-released sequence is refused; START places a new sequence on the live
+instance with the most free slots (or the backlog when all are taken). A step of a sequence
+whose holder died is queued all the same: the workers' adoption moves the sequence, with its
+queued steps and committed state, once the holder is dead past the dead bound
+(``workers/sequence/adoption.py``), so a late heartbeat never splits a sequence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from gateway.core.validation import ValidRequest
+from shared import metrics
+from shared.fleet.coalesced_script import CoalescedScript
+from shared.fleet.sequence_lua import LIBRARY
+from shared.model_config import ModelConfig
+from shared.model_config.sequences import SequenceSpec, sequence_spec
+from shared.wire import envelope, keys, sequence_params
+from shared.wire.envelope import InferRequest
+from shared.wire.errors import ConchError, ErrorCode, invalid
+from shared.wire.sequence_params import SequenceParams
+
+# A step up to this size rides along on the holder's doorbell, so that the holder of a sequence
+# whose previous step it committed runs the step without reading its queue (larger steps are
+# read from the queue: the doorbell stream keeps 1000 entries).
+BELL_PAYLOAD_MAX = 65_536
+
+# Binding and queue outlive the idle timeout by this much: the idle release itself is exact
+# (checked against ``last`` by every script); the key TTL only bounds what a fleet that died
+# entirely leaves behind.
+TTL_MARGIN_MS = 600_000
+
+# KEYS: ready zset, binding, queue, dedupe key.
+# ARGV: P, NOW, idle ms, ttl ms, start, end, sequence, payload, dedupe ttl ms, oldest readiness
+#       expiry (ms) that still counts as live (the gone bound, as the other admission script).
+# Returns {code, idle released, backlogged}; code 1 queued, 2 duplicate of an admitted request,
+# -1 no live worker, -3 no START for a sequence unknown, ended or idle-released.
+ADMIT_LUA = (
+    "local P, NOW = ARGV[1], tonumber(ARGV[2])\n"
+    + f"local BELL_PAYLOAD_MAX = {BELL_PAYLOAD_MAX}\n"
+    + LIBRARY
+    + """
+local ready, b, q = KEYS[1], KEYS[2], KEYS[3]
+local idle, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local start, finish, seq = ARGV[5] == '1', ARGV[6] == '1', ARGV[7]
+if redis.call('ZCOUNT', ready, tonumber(ARGV[10]), '+inf') == 0 then return {-1, 0, 0} end
+if redis.call('SET', KEYS[4], '1', 'NX', 'PX', tonumber(ARGV[9])) == false then
+  return {2, 0, 0}
+end
+local holder = redis.call('HGET', b, 'holder')
+local released = 0
+if holder ~= false and idle_now(seq, idle) then
+  release(seq, holder)
+  holder, released = false, 1
+end
+if not start and (holder == false or redis.call('HGET', b, 'open') == '0') then
+  redis.call('DEL', KEYS[4])
+  return {-3, released, 0}
+end
+if holder == false then
+  redis.call('HSET', b, 'admitted', 0, 'committed', 0)
+  holder = bind(seq, choose(ready, nil), idle, 1, true)
+end
+local step = redis.call('HINCRBY', b, 'admitted', 1)
+redis.call('RPUSH', q, step .. ':' .. ARGV[8])
+redis.call('HSET', b, 'open', finish and '0' or '1', 'last', NOW)
+redis.call('PEXPIRE', b, ttl)
+redis.call('PEXPIRE', q, ttl)
+if holder ~= '' then
+  redis.call('ZADD', P .. 'held:' .. holder, NOW + idle, seq)
+  local bell = P .. 'bell:' .. holder
+  if #ARGV[8] <= BELL_PAYLOAD_MAX then  -- the step rides along: the holder need not read it
+    redis.call('XADD', bell, 'MAXLEN', '~', 1000, '*', 's', seq, 'n', step, 'd', ARGV[8])
+  else
+    redis.call('XADD', bell, 'MAXLEN', '~', 1000, '*', 's', seq, 'n', step)
+  end
+end
+return {1, released, holder == '' and 1 or 0}
+"""
+)
+
+
+def sequence_request(
+    config: ModelConfig, parameters: dict[str, Any]
+) -> tuple[SequenceParams, SequenceSpec | None]:
+    """The request's sequence parameters (Triton parses them for every model) and the model's
+    sequence spec (None: not a sequence model, which ignores them, as Triton's batchers do)."""
+    return sequence_params.parse(parameters), sequence_spec(config)
+
+
+def check_request(
+    config: ModelConfig, spec: SequenceSpec, params: SequenceParams, valid: ValidRequest, rid: str
+) -> None:
+    """Triton's checks of a sequence request, in Triton's order and words."""
+    corrid = spec.corrid
+    if corrid is not None:
+        given = "BYTES" if params.is_string else "UINT64"
+        numeric = corrid.datatype in ("UINT64", "INT64", "UINT32", "INT32")
+        if (params.is_string and corrid.datatype != "BYTES") or (
+            not params.is_string and not numeric
+        ):
+            raise invalid(
+                f"[request id: {rid or '<id_unknown>'}] sequence batching control "
+                f"'{corrid.name}' data-type is '{given}', but model '{config.name}' expects "
+                f"'{corrid.datatype}'"
+            )
+    if valid.batch_size > 1:
+        raise invalid(
+            f"inference request to model '{config.name}' must specify batch-size 1 due to "
+            "requirements of sequence batcher"
+        )
+    if not params.in_sequence:
+        raise invalid(
+            f"inference request to model '{config.name}' must specify a non-zero or non-empty "
+            "correlation ID"
+        )
+
+
+def no_start(config: ModelConfig, params: SequenceParams) -> ConchError:
+    return invalid(
+        f"inference request for sequence {params.label()} to model '{config.name}' must "
+        "specify the START flag on the first request of the sequence"
+    )
+
+
+class SequenceAdmission:
+    def __init__(self, r: aioredis.Redis, gone_ms: int):
+        self._script = CoalescedScript(r, ADMIT_LUA, convert=list)
+        # A version counts as served while some worker was ready within this bound.
+        self._gone_ms = gone_ms
+
+    async def admit(
+        self, config: ModelConfig, spec: SequenceSpec, params: SequenceParams, request: InferRequest
+    ) -> int:
+        """1 once queued (or already queued by a retried call); -1 when no worker is live."""
+        model, version, request_id = config.name, request.version, request.id
+        now_ms, deadline_ms = request.enqueued_ms, request.deadline_ms
+        idle_ms = max(1, spec.idle_us // 1000)
+        result = await self._script(
+            keys=[
+                keys.ready(model, version),
+                keys.sequence_binding(model, version, params.key),
+                keys.sequence_queue(model, version, params.key),
+                keys.admitted(model, request_id),
+            ],
+            args=[
+                keys.sequence_prefix(model, version),
+                now_ms,
+                idle_ms,
+                idle_ms + TTL_MARGIN_MS,
+                int(params.start),
+                int(params.end),
+                params.key,
+                envelope.encode(request),
+                max(1, deadline_ms - now_ms),
+                now_ms - self._gone_ms,
+            ],
+        )
+        code, released, backlogged = (int(x) for x in result)
+        metrics.record_sequence_event(model, version, "idle_released", released)
+        if code == 1 and params.start:
+            metrics.record_sequence_event(model, version, "started")
+            metrics.record_sequence_event(model, version, "backlogged", backlogged)
+        if code == -3:
+            raise no_start(config, params)
+        if code not in (1, 2, -1):
+            raise ConchError(ErrorCode.INTERNAL, f"sequence admission answered {code}")
+        return min(code, 1)

@@ -1,0 +1,1 @@
+"""Triton's protocol extensions around an inference: shared memory, statistics, trace, cache."""

@@ -1,0 +1,1 @@
+"""Triton's model repository extension, fleet-wide: index, load and unload."""

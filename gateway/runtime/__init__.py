@@ -1,0 +1,1 @@
+"""A gateway service's processes: the supervisor, each process's state, heartbeat and readiness."""

@@ -1,0 +1,120 @@
+"""Which model versions are READY: some live worker has them loaded.
+
+A worker keeps its id in the version's readiness set with a score equal to its heartbeat
+expiry, so a worker that dies stops counting without anyone cleaning up after it.
+
+A mark that makes a version ready where it was not (a new member, or one whose expiry had
+passed: a worker back from a stall) is announced on the change feed; a mark that only moves an
+expiry forward (every heartbeat) is not. An expiry passing is announced by no one: readers
+judge liveness from the expiries they read (``gateway.core.model_table``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from shared.fleet import change_feed
+from shared.runtime.clock import now_ms
+from shared.wire import keys
+
+
+def queue_ready(
+    pipe: Any, worker_id: str, versions: Mapping[tuple[str, int], int], ttl_ms: int
+) -> None:
+    """Queue this worker's readiness on a pipeline (asynchronous or synchronous)."""
+    now = now_ms()
+    expiry = now + ttl_ms
+    for (model, version), count in versions.items():
+        pipe.execute_command(  # EVAL by name: a cluster pipeline's ``eval`` takes no arguments
+            "EVAL",
+            _MARK,
+            1,
+            keys.ready(model, version),
+            worker_id,
+            expiry,
+            now,
+            change_feed.channel(),
+            change_feed.MODELS,
+        )
+        pipe.hset(keys.instances(model, version), worker_id, count)
+        pipe.sadd(keys.model_versions(model), version)
+
+
+# KEYS: the readiness set. ARGV: worker, expiry, now, channel, topic. Announces a version that
+# this mark makes ready (EVAL with its source: it runs in the heartbeat thread's plain pipeline
+# and in cluster pipelines alike).
+_MARK = """
+local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+if (not old) or tonumber(old) < tonumber(ARGV[3]) then
+  redis.call('PUBLISH', ARGV[4], ARGV[5])
+end
+return 0
+"""
+
+
+async def mark_ready(
+    r: aioredis.Redis,
+    worker_id: str,
+    versions: Mapping[tuple[str, int], int],
+    ttl_ms: int,
+) -> None:
+    """Refresh this worker's readiness for each (model, version) -> instance count."""
+    async with r.pipeline(transaction=False) as pipe:
+        queue_ready(pipe, worker_id, versions, ttl_ms)
+        await pipe.execute()
+
+
+async def unmark_ready(r: aioredis.Redis, worker_id: str, versions: list[tuple[str, int]]) -> None:
+    async with r.pipeline(transaction=False) as pipe:
+        for model, version in versions:
+            pipe.zrem(keys.ready(model, version), worker_id)
+            pipe.hdel(keys.instances(model, version), worker_id)
+        await pipe.execute()
+    await change_feed.announce(r, change_feed.MODELS)
+
+
+async def ready_versions(r: aioredis.Redis, models: list[str]) -> dict[str, dict[int, int]]:
+    """Per model: every version ever loaded -> live instances across the fleet (0: none live)."""
+    return live_counts(await ready_expiries(r, models), now_ms())
+
+
+Expiries = dict[str, dict[int, list[tuple[int, int]]]]
+
+
+def live_counts(found: Expiries, now: int) -> dict[str, dict[int, int]]:
+    """``ready_versions`` judged at ``now`` from what ``ready_expiries`` read."""
+    return {
+        model: {v: sum(n for expiry, n in marks if expiry >= now) for v, marks in versions.items()}
+        for model, versions in found.items()
+    }
+
+
+async def ready_expiries(r: aioredis.Redis, models: list[str]) -> Expiries:
+    """Per model: every version ever loaded -> (heartbeat expiry ms, instances) of each worker
+    not yet expired when read, so that a cache can judge liveness later without re-reading."""
+    if not models:
+        return {}
+    async with r.pipeline(transaction=False) as pipe:
+        for model in models:
+            pipe.smembers(keys.model_versions(model))
+        version_sets = await pipe.execute()
+    now = now_ms()
+    pairs = [
+        (model, int(v))
+        for model, versions in zip(models, version_sets, strict=True)
+        for v in versions
+    ]
+    async with r.pipeline(transaction=False) as pipe:
+        for model, version in pairs:
+            pipe.zrangebyscore(keys.ready(model, version), now, "+inf", withscores=True)
+            pipe.hgetall(keys.instances(model, version))
+        replies = await pipe.execute()
+    state: Expiries = {model: {} for model in models}
+    for index, (model, version) in enumerate(pairs):
+        live, counts = replies[2 * index], replies[2 * index + 1]
+        state[model][version] = [(int(score), int(counts.get(w, 1))) for w, score in live]
+    return state

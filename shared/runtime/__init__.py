@@ -1,0 +1,1 @@
+"""Process plumbing every service uses: Redis connections, loops, logs, settings, health."""

@@ -1,0 +1,296 @@
+"""One long-lived Redis connection pool per process, shared by every task in it.
+
+Commands are packed by hiredis, which replaces redis-py's ``Connection.pack_command``: not a
+public extension point, so redis-py is pinned (pyproject.toml) and importing this module fails
+with both versions named when another redis-py is installed or the method is gone.
+
+Every call has a bound: a socket timeout above the longest blocking read (``block=`` of 1 s at
+most), a health check on connections idle for a few seconds, and TCP keepalive. A connection
+that went half-open (its peer gone without a FIN, a stalled proxy) times out, is dropped and
+replaced on the next call, in seconds rather than after the kernel's two-hour keepalive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from importlib import metadata
+from typing import Any
+
+import hiredis
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterPipeline
+from redis.asyncio.connection import (
+    AbstractConnection,
+    Connection,
+    SSLConnection,
+    UnixDomainSocketConnection,
+    parse_url,
+)
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import DataError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from shared.runtime import redis_cluster
+
+# The redis-py release the hook below was checked against; pyproject.toml pins the same.
+REDIS_PY_VERSION = "8.1.0"
+
+
+class RedisPyMismatch(ImportError):
+    """The installed redis-py is not the one ``pack_command``'s replacement was written for."""
+
+
+def check_redis_py(installed: str, connection_class: type = AbstractConnection) -> None:
+    """Raise :class:`RedisPyMismatch` unless ``installed`` is the pinned release and
+    ``connection_class`` still defines the ``pack_command`` this module replaces."""
+    if installed != REDIS_PY_VERSION:
+        raise RedisPyMismatch(
+            f"shared.runtime.redis_conn replaces Connection.pack_command of redis-py "
+            f"{REDIS_PY_VERSION}, "
+            f"but redis-py {installed} is installed: install redis=={REDIS_PY_VERSION} (as "
+            "pyproject.toml pins it), or check the hook against this release and move both pins"
+        )
+    for method in ("pack_command", "send_packed_command", "_send_packed_command"):
+        if not callable(vars(connection_class).get(method)):
+            raise RedisPyMismatch(
+                f"redis-py {installed} has no {connection_class.__name__}.{method}, a method "
+                "shared.runtime.redis_conn replaces or calls; the hook needs rewriting for this "
+                "release"
+            )
+
+
+check_redis_py(metadata.version("redis"))
+
+
+class _HiredisPacking:
+    """Commands are packed into RESP by hiredis in C rather than by redis-py in Python.
+
+    Packing is a large share of a service's per-command cost (stream entries, pipelines of
+    replies); hiredis is already the response parser.
+    """
+
+    def pack_command(self, *args):  # type: ignore[no-untyped-def]
+        if isinstance(args[0], str):
+            args = (*args[0].encode().split(), *args[1:])
+        elif b" " in args[0]:
+            args = (*args[0].split(), *args[1:])
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError as exc:
+            raise DataError(str(exc)) from exc
+
+    async def send_packed_command(  # type: ignore[no-untyped-def]
+        self, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        """redis-py's, with the write bounded by ``asyncio.timeout`` rather than
+        ``asyncio.wait_for``: on Python 3.11 a cancellation landing inside ``wait_for`` can be
+        swallowed (CPython gh-86296), and a service that cannot be cancelled cannot stop."""
+        if not self.is_connected:
+            await self.connect_check_health(check_health=False)
+        if check_health:
+            await self.check_health()
+        if isinstance(command, str):
+            command = command.encode()
+        if isinstance(command, bytes):
+            command = [command]
+        try:
+            async with asyncio.timeout(self.socket_timeout):
+                await self._send_packed_command(command)
+        except TimeoutError:
+            await self.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout writing to socket") from None
+        except OSError as exc:
+            await self.disconnect(nowait=True)
+            raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
+        except RuntimeError as exc:
+            # uvloop's "unable to perform operation on <TCPTransport closed=True>": the server
+            # closed the connection (a failover, a restart) under a write. A connection error,
+            # so the callers' retry and 503 paths take it, not an internal error.
+            await self.disconnect(nowait=True)
+            if "closed" not in str(exc):
+                raise
+            raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
+        except BaseException:
+            await self.disconnect(nowait=True)
+            raise
+
+
+class HiredisPackedConnection(_HiredisPacking, Connection):
+    """TCP."""
+
+
+class HiredisPackedUnixConnection(_HiredisPacking, UnixDomainSocketConnection):
+    """A Unix socket (``unix://`` URLs: the private Redis of ``conch up``)."""
+
+
+class HiredisPackedSSLConnection(_HiredisPacking, SSLConnection):
+    """TLS (``rediss://`` URLs: managed Redis services)."""
+
+
+_PACKED = {
+    Connection: HiredisPackedConnection,
+    UnixDomainSocketConnection: HiredisPackedUnixConnection,
+    SSLConnection: HiredisPackedSSLConnection,
+}
+
+
+# Seconds any one Redis reply may take. Above every blocking read's ``block`` (1 s at most) and
+# far above any command's own time; a half-open connection is given up after this.
+SOCKET_TIMEOUT_S = 5.0
+# A pooled connection idle longer than this is PINGed before its next command: longer than an
+# idle process's 10 s polls, whose connections would each add a PING's round trip (a wake of the
+# process and of Redis) every poll (docs/performance.md, "An idle mesh").
+HEALTH_CHECK_INTERVAL_S = 15
+
+
+def _options(url: str, **kwargs: object) -> dict[str, object]:
+    """Connection-pool arguments: ours, then the URL's (which win, as in ``from_url``), with the
+    connection class swapped for its hiredis-packing twin. ``from_url`` itself would replace a
+    given class with a plain one for ``unix://`` and ``rediss://`` URLs."""
+    options: dict[str, object] = {
+        "socket_timeout": SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": 5,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+        # A pooled connection that died with its server (a Redis restart) is replaced and the
+        # command sent again, instead of failing the request that happened to draw it.
+        "retry": Retry(ExponentialBackoff(cap=0.2, base=0.01), 2),
+        "retry_on_error": [RedisConnectionError],
+        "decode_responses": False,  # tensor bytes are never decoded
+        **kwargs,
+    }
+    options.update(parse_url(url))
+    base = options.get("connection_class", Connection)
+    options["connection_class"] = _PACKED[base]  # type: ignore[index]
+    if base is not UnixDomainSocketConnection:
+        options["socket_keepalive"] = True
+    return options
+
+
+def _cluster(
+    url: str,
+    *,
+    max_connections: int,
+    name: str,
+    retries: int,
+    socket_timeout: float = SOCKET_TIMEOUT_S,
+) -> aioredis.RedisCluster:
+    """A cluster client (``redis+cluster://``) with the same bounds, hiredis packing included:
+    the nodes it discovers later are built from ``connection_kwargs``, the startup ones exist."""
+    client = redis_cluster.connect(
+        url,
+        socket_timeout=socket_timeout,
+        health_check_interval=HEALTH_CHECK_INTERVAL_S,
+        name=name,
+        max_connections=max_connections,
+        retries=retries,
+    )
+    base = client.connection_kwargs.get("connection_class", Connection)
+    packed = _PACKED[base]  # type: ignore[index]
+    client.connection_kwargs["connection_class"] = packed
+    for node in client.startup_nodes:
+        node.connection_class = packed
+    return client
+
+
+def connect(url: str, *, max_connections: int = 64, name: str = "conch") -> aioredis.Redis:
+    """Binary-safe client with a bounded pool (per node, on a cluster)."""
+    if redis_cluster.is_cluster(url):
+        return _cluster(url, max_connections=max_connections, name=name, retries=3)  # type: ignore[return-value]
+    pool = aioredis.BlockingConnectionPool(
+        **_options(
+            url,
+            max_connections=max_connections,
+            timeout=10,
+            client_name=name,
+        )
+    )
+    return aioredis.Redis(connection_pool=pool)
+
+
+def dedicated(url: str, *, name: str = "conch-blocking", block_ms: int = 0) -> aioredis.Redis:
+    """A single-connection client for a blocking read loop, so it never starves the pool.
+
+    It never sends a command again by itself: a consumer-group read whose answer was lost has
+    delivered its entries all the same, and the loop must hear of the failure to recover them
+    (a retry would read past them). On a cluster: a client of its own whose commands are not
+    retried either (redirections are followed: a redirected command did not run).
+    ``block_ms``: the longest block its reads ask for, added to the socket timeout (an idle
+    read may block longer than any command may take)."""
+    timeout = SOCKET_TIMEOUT_S + block_ms / 1000
+    if redis_cluster.is_cluster(url):
+        return _cluster(url, max_connections=64, name=name, retries=0, socket_timeout=timeout)  # type: ignore[return-value]
+    pool = aioredis.ConnectionPool(
+        **_options(
+            url, client_name=name, retry=Retry(ExponentialBackoff(), 0), socket_timeout=timeout
+        )
+    )
+    client = aioredis.Redis(connection_pool=pool, single_connection_client=True)
+    client.auto_close_connection_pool = True  # as from_url does: aclose() closes the pool too
+    return client
+
+
+def blocking_pool(url: str, *, name: str, max_connections: int = 64) -> aioredis.Redis:
+    """A pool for concurrent blocking reads (one per hash slot), whose commands are never sent
+    again by the client, for the reason ``dedicated`` gives."""
+    if redis_cluster.is_cluster(url):
+        return _cluster(url, max_connections=max_connections, name=name, retries=0)  # type: ignore[return-value]
+    pool = aioredis.BlockingConnectionPool(
+        **_options(
+            url,
+            client_name=name,
+            max_connections=max_connections,
+            timeout=10,
+            retry=Retry(ExponentialBackoff(), 0),
+        )
+    )
+    client = aioredis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True
+    return client
+
+
+def sync_client(
+    url: str, *, name: str = "conch-sync", single_connection: bool = True
+) -> redis.Redis:
+    """A synchronous client with the same bounds, for a thread of its own (heartbeats) that
+    must keep going while the event loop is blocked. Single-connection (connected now) by
+    default; otherwise connected on first use, and its pool's ``make_connection()`` gives a
+    caller a connection of its own (``shared.runtime.deferred_replies``)."""
+    if redis_cluster.is_cluster(url):
+        return redis_cluster.sync_client(url, socket_timeout=SOCKET_TIMEOUT_S, name=name)  # type: ignore[return-value]
+    options: dict[str, object] = {}
+    if not url.startswith("unix:"):
+        options["socket_keepalive"] = True
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=5,
+        health_check_interval=HEALTH_CHECK_INTERVAL_S,
+        client_name=name,
+        single_connection_client=single_connection,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+async def pubsub(client: aioredis.Redis) -> aioredis.client.PubSub:
+    """A pub/sub connection. On a cluster, classic pub/sub messages reach every node, so any
+    node will do: one drawn at random (replicas included) spreads the subscribers; the client
+    learns the cluster first, which a fresh client's ``pubsub()`` does not do by itself."""
+    if isinstance(client, aioredis.RedisCluster):
+        await client.initialize()
+        return client.pubsub(node=client.get_random_node())  # type: ignore[return-value]
+    return client.pubsub()
+
+
+async def queue_script(pipe: Any, script: AsyncScript, keys: list[Any], args: list[Any]) -> None:
+    """Queue a registered script on a pipeline. redis-py refuses EVALSHA in a cluster
+    pipeline (it cannot load the script on the right node first), so there the script's
+    source goes as EVAL: routed by its keys like any command, never NOSCRIPT after a failover."""
+    if isinstance(pipe, ClusterPipeline):
+        pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)
+    else:
+        await script(keys=keys, args=args, client=pipe)

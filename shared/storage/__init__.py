@@ -1,0 +1,1 @@
+"""Model repositories on disk: their layout, file references and paths."""

@@ -1,0 +1,1 @@
+"""The wire contract: stream envelopes, tensors and datatypes, key names, error codes."""

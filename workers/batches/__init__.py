@@ -1,0 +1,1 @@
+"""Serving batches: the instance loop, one batch's life, cancels, streams and reclaim."""

@@ -1,0 +1,198 @@
+"""What a load or an unload control message does on this worker, answered with one ack.
+
+A load writes the model files the request sent (if any) into the model directory, reads it
+(with the message's config override, if any, auto-completed by the backend), loads the versions
+its version_policy selects that are not loaded yet, reloads the loaded ones whose configuration
+changed (an override, or the end of one) or whose files the request brought, and retires the
+loaded ones it no longer selects.
+An unload retires the versions named (every loaded one by default). A version
+that has weight is never retired: the whole message is refused instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+import redis.asyncio as aioredis
+
+from shared import model_config
+from shared.fleet import control, expected_models, model_registry
+from shared.fleet.control import ControlAck, ControlMessage, IndexEntry
+from shared.model_config.ensemble_graph import is_ensemble
+from shared.storage import model_files, repository
+from shared.storage.model_paths import check_model_name
+from shared.storage.repository import RepositoryModel
+from shared.wire import keys
+from shared.wire.errors import ConchError, ErrorCode
+from workers.backend import Backend
+from workers.loading import auto_complete
+from workers.loading.ensemble_load import publish_one, unpublish
+from workers.loading.loader import LoadedVersion, VersionLoadError
+from workers.loading.placement import Devices, runs_here
+from workers.loading.repository_index import entry_for
+from workers.settings import WorkerSettings
+
+
+class ModelHost(Protocol):
+    """What fleet control needs from the worker: what it serves, and starting or stopping a
+    version (``workers.loading.version_host.VersionHost``)."""
+
+    @property
+    def redis(self) -> aioredis.Redis: ...
+
+    @property
+    def settings(self) -> WorkerSettings: ...
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def loaded(self) -> Mapping[tuple[str, int], LoadedVersion]: ...
+
+    async def start(self, model: RepositoryModel, versions: list[int]) -> list[LoadedVersion]:
+        """Load (all or nothing; ``VersionLoadError``), serve, mark ready, route to them."""
+        ...
+
+    async def stop(self, key: tuple[str, int]) -> None:
+        """Route around, unmark, drain, stop serving, unload."""
+        ...
+
+    async def replace(self, model: RepositoryModel, versions: list[int]) -> list[LoadedVersion]:
+        """Reload served versions with the model's new configuration or files, no downtime."""
+        ...
+
+
+def ack(host: ModelHost, status: str, message: str = "", **kwargs: list[int]) -> ControlAck:
+    return ControlAck(worker=host.id, status=status, message=message, **kwargs)
+
+
+async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
+    name = message.model
+    redis = host.redis
+    try:
+        check_model_name(name)
+    except ConchError as exc:
+        return ack(host, control.ACK_ERROR, exc.message)
+    model_dir = Path(host.settings.model_repository) / name
+    strict = host.settings.strict_model_config
+    try:
+        if message.files:
+            await write_files(redis, name, model_dir)
+        if not model_dir.is_dir():
+            return ack(
+                host, control.ACK_ERROR, f"no model directory '{name}' in the model repository"
+            )
+        override = None
+        if message.config is not None:
+            override = model_config.from_json(
+                message.config,
+                source=f"override of {name!r}",
+                model_dir=None if strict else model_dir,
+            )
+        model = repository.read_model(model_dir, override, auto_complete=not strict)
+        if host.backend.accepts(model.config):
+            model = await asyncio.to_thread(auto_complete.complete, host.backend, model, strict)
+    except ConchError as exc:
+        await control.write_index(redis, {name: IndexEntry(error=exc.message)})
+        return ack(host, control.ACK_ERROR, exc.message)
+    await control.write_index(redis, {name: entry_for(model)})
+    if is_ensemble(model.config):  # no instance: validated and published for the schedulers
+        scan = await asyncio.to_thread(repository.scan, host.settings.model_repository)
+        configs = {n: m.config for n, m in scan.models.items()}
+        error = await publish_one(redis, model, configs, host.id)
+        if error is not None:
+            return ack(host, control.ACK_ERROR, error)
+        return ack(host, control.ACK_OK, loaded=model.versions)
+    if not host.backend.accepts(model.config):
+        return ack(
+            host,
+            control.ACK_SKIPPED,
+            f"backend '{host.settings.backend}' does not serve "
+            f"'{model.config.backend or model.config.platform}'",
+        )
+    if not runs_here(model.config, Devices.of(host.settings)):
+        return ack(host, control.ACK_SKIPPED, "no instance of the model on this worker's devices")
+    target = set(model.versions)
+    if not target:
+        message = (
+            f"no version of '{name}' to load: versions on disk "
+            f"{model.available_versions or 'none'}, version_policy "
+            f"{model.config.version_policy.kind}"
+        )
+        await expected_models.record_load_error(redis, name, host.id, message)
+        return ack(host, control.ACK_ERROR, message)
+    current = {v for (m, v) in host.loaded if m == name}
+    retire = sorted(current - target)
+    weighted = await _weighted(redis, name, retire)
+    if weighted:
+        return ack(host, control.ACK_ERROR, _weighted_message(name, weighted))
+    reload = [
+        v
+        for v in sorted(target & current)
+        if message.files or host.loaded[(name, v)].model.config.json != model.config.json
+    ]
+    try:
+        loaded = await host.start(model, sorted(target - current))
+        if reload:
+            loaded += await host.replace(model, reload)
+    except VersionLoadError as exc:
+        await expected_models.record_load_error(redis, name, host.id, str(exc))
+        return ack(host, control.ACK_ERROR, str(exc))
+    await expected_models.clear_load_errors(redis, [name])
+    await asyncio.gather(*(host.stop((name, v)) for v in retire))
+    return ack(host, control.ACK_OK, loaded=[lv.version for lv in loaded], unloaded=retire)
+
+
+async def write_files(redis: aioredis.Redis, model: str, model_dir: Path) -> None:
+    """The files the load sent, written into the model directory (confined to it)."""
+    raw = await redis.hgetall(keys.control_files(model))
+    files = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
+    if not files:
+        raise ConchError(
+            ErrorCode.INVALID_ARG,
+            f"failed to load '{model}': the model files sent with the load are gone from Redis",
+        )
+    await asyncio.to_thread(model_files.write, model, model_dir, files)
+
+
+async def unload(host: ModelHost, message: ControlMessage) -> ControlAck:
+    name = message.model
+    config = (await model_registry.read_models(host.redis))[1].get(name)
+    if config is not None and is_ensemble(config):
+        known = await host.redis.smembers(keys.model_versions(name))
+        versions = sorted(
+            v for v in map(int, known) if message.versions is None or v in message.versions
+        )
+        await unpublish(host.redis, name, versions)
+        return ack(host, control.ACK_OK, unloaded=versions)
+    versions = sorted(
+        v
+        for (m, v) in host.loaded
+        if m == name and (message.versions is None or v in message.versions)
+    )
+    weighted = await _weighted(host.redis, name, versions)
+    if weighted:
+        return ack(host, control.ACK_ERROR, _weighted_message(name, weighted))
+    await asyncio.gather(*(host.stop((name, v)) for v in versions))
+    return ack(host, control.ACK_OK, unloaded=versions)
+
+
+async def _weighted(redis: aioredis.Redis, model: str, versions: list[int]) -> dict[int, int]:
+    if not versions:
+        return {}
+    raw = await redis.hget(keys.weights(), model)
+    if not raw:
+        return {}
+    weights = control.decode_weights(raw)
+    return {v: weights.get(v, 0) for v in versions if weights.get(v, 0) > 0}
+
+
+def _weighted_message(model: str, weighted: dict[int, int]) -> str:
+    listing = ", ".join(f"version {v} has weight {w}" for v, w in sorted(weighted.items()))
+    return f"cannot unload model '{model}': {listing}; set its weight to 0 first"

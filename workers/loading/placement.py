@@ -1,0 +1,87 @@
+"""Where a model's instances run on this worker: Triton's instance groups on its devices.
+
+Triton's rule: a ``KIND_GPU`` group puts ``count`` instances on each GPU it lists in ``gpus``, or
+on each visible GPU when it lists none; ``KIND_AUTO`` is ``KIND_GPU`` where a GPU is visible and
+``KIND_CPU`` otherwise; ``KIND_CPU`` (and ``KIND_MODEL``) puts ``count`` instances on the CPU.
+
+A worker may drive only some of the host's GPUs (``conch up`` starts one worker per GPU, pinned
+with ``CUDA_VISIBLE_DEVICES`` and ``CONCH_WORKER_GPU_IDS``): it places the GPU instances of the
+GPUs it drives and leaves the others to their workers; CPU groups are placed by one of them only
+(``CONCH_WORKER_CPU_INSTANCES``). A model with no instance on this worker is not loaded here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.model_config import InstanceGroup, ModelConfig
+from shared.runtime import gpu
+from shared.wire.errors import ConchError, ErrorCode, invalid
+from workers.settings import WorkerSettings
+
+
+@dataclass(frozen=True)
+class Devices:
+    """The devices this worker drives."""
+
+    # Physical ids of the GPUs this worker drives, in the order CUDA numbers them here; empty:
+    # every visible GPU, numbered as CUDA numbers them.
+    gpu_ids: tuple[int, ...] = ()
+    # Whether this worker places the CPU instance groups.
+    cpu_instances: bool = True
+
+    def visible(self) -> int:
+        return gpu.gpu_count()
+
+    @classmethod
+    def of(cls, settings: WorkerSettings) -> Devices:
+        return cls(tuple(settings.gpu_ids), settings.cpu_instances)
+
+
+@dataclass(frozen=True)
+class Placement:
+    group: InstanceGroup
+    index: int  # the instance's number within its group
+    device: str  # "cpu" | "gpu"
+    device_id: int  # the CUDA device index in this process (0 on the CPU)
+
+
+def placements(config: ModelConfig, devices: Devices, visible: int) -> list[Placement]:
+    """Every instance of ``config`` this worker runs, given ``visible`` GPUs here (pure)."""
+    physical = list(devices.gpu_ids) or list(range(visible))
+    found: list[Placement] = []
+    for group in config.instance_groups:
+        kind = group.kind
+        if kind == "KIND_AUTO":
+            kind = "KIND_GPU" if visible > 0 else "KIND_CPU"
+        if kind != "KIND_GPU":
+            if devices.cpu_instances:
+                found += [Placement(group, i, "cpu", 0) for i in range(group.count)]
+            continue
+        if visible == 0:
+            raise ConchError(
+                ErrorCode.UNAVAILABLE,
+                f"instance group '{group.name}' of model '{config.name}' is KIND_GPU, "
+                "which needs a GPU; none is visible",
+            )
+        index = 0
+        for gpu_id in group.gpus or physical:
+            if gpu_id not in physical:
+                if devices.gpu_ids:
+                    continue  # another worker's GPU
+                raise invalid(
+                    f"instance group '{group.name}' of model '{config.name}' names GPU "
+                    f"{gpu_id}; this host has GPUs 0-{visible - 1}"
+                )
+            for _ in range(group.count):
+                found.append(Placement(group, index, "gpu", physical.index(gpu_id)))
+                index += 1
+    return found
+
+
+def runs_here(config: ModelConfig, devices: Devices) -> bool:
+    """Whether this worker runs any instance of ``config`` (a placement error: it would try)."""
+    try:
+        return bool(placements(config, devices, devices.visible()))
+    except ConchError:
+        return True
