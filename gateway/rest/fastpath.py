@@ -67,7 +67,7 @@ class FastInferApp:
         The headers are checked before the body is read (``rest_infer.before_body``), and the
         body is read no further than the limit."""
         gateway = self.app.state.gateway
-        dataplane, limit = gateway.core.dataplane, gateway.settings.max_request_bytes
+        dataplane, limit = gateway.dataplane, gateway.settings.max_request_bytes
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw_headers}
         try:
             caller = await rest_infer.before_body(dataplane, route[0], headers, limit)

@@ -67,7 +67,7 @@ async def test_a_late_heartbeat_queues_the_request(
     await readiness.mark_ready(aredis, "worker-1", {(MODEL, 1): 1}, ttl_ms=1)
     await asyncio.sleep(0.05)
     with pytest.raises(ConchError) as raised:
-        await gateway.core.dataplane.infer(MODEL, None, request())
+        await gateway.dataplane.infer(MODEL, None, request())
     assert raised.value.code == ErrorCode.DEADLINE_EXCEEDED, raised.value.message
     assert await aredis.xlen(STREAM) + await aredis.xlen(BATCHES) == 1
 
@@ -79,7 +79,7 @@ async def test_an_admission_sent_twice_queues_the_request_once(
     back; redis-py sends the pipeline again. Before: the request was queued twice."""
     proxy.cut_after(b"EVALSHA")
     with pytest.raises(ConchError) as raised:  # no worker answers: the deadline passes
-        await gateway.core.dataplane.infer(MODEL, None, request())
+        await gateway.dataplane.infer(MODEL, None, request())
     assert raised.value.code == ErrorCode.DEADLINE_EXCEEDED, raised.value.message
     assert proxy.cuts == 1
     assert await aredis.xlen(STREAM) + await aredis.xlen(BATCHES) == 1
