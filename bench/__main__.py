@@ -26,15 +26,13 @@ from typing import Any
 
 import psutil
 
-from bench import ensembles, idle, peers, sequences
+from bench import HARNESS, ensembles, idle, peers, sequences
 from bench.cell_run import run_cell
 from bench.cells import Cell, parse_cells
 from bench.models import NAMES
 from bench.models import write as write_memory_bound
 from bench.processes import ProcessCpu, label, start_mesh, start_peer, stop
 from bench.report import markdown_table, same_run_ratios
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--harness",
         type=Path,
-        default=ROOT.parent / "shared" / "bench",
-        help="the shared benchmark harness (default ../shared/bench)",
+        default=HARNESS,
+        help="the benchmark harness (default: the project's copy, bench/harness)",
     )
     parser.add_argument("--bench-root", default=os.environ.get("BENCH_ROOT", "/tmp/conch-bench"))
     target = parser.add_mutually_exclusive_group()

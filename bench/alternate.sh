@@ -8,6 +8,7 @@
 #     with this checkout's .venv and PYTHONPATH pointing at their own tree.
 #     ENV_A/ENV_B: extra environment, e.g. "CONCH_SCHEDULER_QUEUED_BATCHES_PER_INSTANCE=1".
 #   Environment: CELLS ("mlp:64:json mlp:64:binary"), SECS (8), REPO (the harness's repository),
+#   HARNESS (bench/harness: the benchmark harness whose load.sh measures),
 #   ARGS_A/ARGS_B (extra `conch up` flags), BENCH_ROOT (/tmp/conch-bench), PORT_A/PORT_B (18810,
 #   18820: HTTP ports of the two meshes, their gRPC ports one above; other ones let two runs
 #   share a machine).
@@ -18,7 +19,7 @@ set -euo pipefail
 for dir in "$2" "$3"; do [ -d "$dir" ] || { echo "alternate.sh: no checkout at $dir" >&2; exit 2; }; done
 rounds=$1 dir_a=$(cd "$2" && pwd) dir_b=$(cd "$3" && pwd) env_a=${4:-} env_b=${5:-}
 here=$(cd "$(dirname "$0")/.." && pwd)
-harness=${HARNESS:-$here/../shared/bench}
+harness=${HARNESS:-$here/bench/harness}  # the project's copy of the harness, unless told
 export BENCH_ROOT=${BENCH_ROOT:-/tmp/conch-bench}
 repo=${REPO:-$BENCH_ROOT/repo}
 pids=()

@@ -1,6 +1,7 @@
 """The peers measured beside Conch, each cell against the peer's best configuration for it.
 
-The shared harness tuned two peers on this machine kind (``../shared/bench/RESULTS-peer.md``):
+The harness (``bench/harness``) tuned two peers on this machine kind (its RESULTS-peer.md, kept
+with the shared harness it was copied from; docs/performance.md quotes it):
 MLServer is fastest with inference in its HTTP process, one ONNX Runtime thread, httptools, metrics
 off and adaptive batching *off* (batching costs its full 2 ms window at c=1 and does not raise
 throughput at c=64); Ray Serve with HAProxy, two replicas and ``@serve.batch`` at high concurrency,
@@ -42,11 +43,15 @@ def serves(cell: Cell) -> bool:
 
 
 def config(peer: str, cell: Cell, harness: Path, port: int, root: Path) -> PeerConfig:
-    """The peer's best configuration for this cell (RESULTS-peer.md)."""
+    """The peer's best configuration for this cell (RESULTS-peer.md).
+
+    The runtimes' scripts are run with ``bash`` rather than by their execute bit, which a wheel
+    install of the harness does not always keep.
+    """
     if peer == "mlserver":
         return PeerConfig(
             "mlserver-tuned",
-            [str(harness / "mlserver_runtime" / "serve.sh"), "off", str(port), "0"],
+            ["bash", str(harness / "mlserver_runtime" / "serve.sh"), "off", str(port), "0"],
             {
                 "MLSERVER_VENV": str(root / "mlserver-tuned-venv"),
                 "INTRA_OP_THREADS": "1",
@@ -56,7 +61,7 @@ def config(peer: str, cell: Cell, harness: Path, port: int, root: Path) -> PeerC
     batching = [] if cell.concurrency > 1 else ["--batching", "off"]
     return PeerConfig(
         "rayserve-tuned" + ("-nobatch" if batching else ""),
-        [str(harness / "rayserve_runtime" / "serve.sh"), str(port), "tuned", *batching],
+        ["bash", str(harness / "rayserve_runtime" / "serve.sh"), str(port), "tuned", *batching],
         {"RAYSERVE_VENV": str(root / "rayserve-venv"), "MODELS": "mlp add_sub"},
     )
 

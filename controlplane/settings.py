@@ -15,45 +15,61 @@ class ControlPlaneSettings(Settings, kw_only=True):
 
     # The ADS (xDS v3) gRPC server that Envoy connects to.
     xds_host: str = "0.0.0.0"
+    # Port of that server (Envoy's bootstrap names it).
     xds_port: int = 18000
     # /metrics and /v2/health/{live,ready} of the control plane itself.
     health_host: str = "0.0.0.0"
+    # Port of those probes and /metrics.
     health_port: int = 8030
 
     # Envoy's public listener (inside Envoy's network namespace).
     listener_host: str = "0.0.0.0"
+    # Port Envoy serves clients on (conch up --with-envoy: --envoy-port).
     listener_port: int = 8080
     # Whole-request timeout at the edge; 0 disables it. Longer than the gateway's default
     # deadline (30 s) so that the gateway, which knows the request, answers a timeout first.
     route_timeout_s: float = 60.0
     # A retry (connect failure, reset) gets this long per try; 0 means the route timeout.
     per_try_timeout_s: float = 0.0
+    # A stream (a request or a streamed answer) with no bytes either way this long is reset.
     stream_idle_timeout_s: float = 300.0
     # Retries only where no gateway can have received the request: the connection failed, the
     # stream was refused, or it was reset before the request went out. A reset after that may
     # come from a gateway that already queued the request; retrying it would run it twice.
     retry_on: str = "connect-failure,refused-stream,reset-before-request"
+    # Retries of one request at most (each on another gateway).
     num_retries: int = 2
     # Emit one JSON access-log line per request on Envoy's stdout.
     access_log: bool = True
 
     # The EDS cluster of gateways.
     cluster_name: str = "conch_gateways"
+    # How long Envoy waits for a connection to a gateway to open.
     connect_timeout_s: float = 1.0
     # Shorter than the gateway's HTTP keep-alive timeout (5 s), so Envoy, not the gateway,
     # closes an idle connection: a request is never sent on one being closed.
     upstream_idle_timeout_s: float = 3.0
+    # Envoy's load-balancing policy across gateways (LEAST_REQUEST, ROUND_ROBIN, RANDOM...).
     lb_policy: str = "LEAST_REQUEST"
+    # The gateways' health check: this path must answer 200 (readiness: every model ready).
     health_check_path: str = "/v2/health/ready"
+    # How often each gateway is checked, with traffic or without.
     health_check_interval_s: float = 0.5
+    # A health check not answered within this long fails.
     health_check_timeout_s: float = 0.5
+    # Failed checks in a row before a gateway is ejected.
     unhealthy_threshold: int = 2
+    # Passed checks in a row before an ejected gateway is routed to again.
     healthy_threshold: int = 1
     # Below this share of healthy hosts Envoy routes to all of them ("panic"); 0 disables.
     panic_threshold_percent: float = 50.0
+    # Circuit breaker: connections Envoy opens to the gateways at most.
     max_connections: int = 4096
+    # Circuit breaker: requests in flight to the gateways at most.
     max_requests: int = 4096
+    # Circuit breaker: requests waiting for a connection at most; beyond it Envoy answers 503.
     max_pending_requests: int = 4096
+    # Circuit breaker: retries in flight at once across the cluster.
     max_retries: int = 256
 
     # How often live gateways are re-read from Redis (joins/leaves reach Envoy within ~this).

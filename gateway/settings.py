@@ -8,9 +8,11 @@ from shared.runtime.settings import Settings
 class GatewaySettings(Settings, kw_only=True):
     __prefix__ = "CONCH_GATEWAY_"
 
+    # Address the HTTP (and gRPC) listeners bind.
     host: str = "0.0.0.0"
     # The name GET /v2 and gRPC ServerMetadata report ("triton" for clients that check it).
     server_name: str = "conch"
+    # KServe v2 HTTP port, shared by every process of the service.
     http_port: int = 8000
     # Processes sharing the HTTP port (each has its own Redis pool and reply reader): a number,
     # or "auto" to follow the CPUs this service may use (shared.runtime.cpu_budget).
@@ -38,17 +40,21 @@ class GatewaySettings(Settings, kw_only=True):
     # Largest request body, and largest body after Content-Encoding is undone (413 beyond it);
     # gRPC's message size limits are set to the same figure.
     max_request_bytes: int = 64 * 1024 * 1024
+    # How often the gateway renews its registration (the control plane routes to live ones).
     heartbeat_interval_ms: int = 1_000
+    # A gateway registration not renewed within this long expires.
     heartbeat_ttl_ms: int = 3_000
     # A worker whose heartbeat is this old is dead (the workers' CONCH_WORKER_DEAD_BOUND_MS):
     # a stream whose frames stopped and whose worker is dead ends with an error. The workers'
     # heartbeat TTL is needed to read their registry.
     dead_bound_ms: int = 10_000
+    # The workers' CONCH_WORKER_HEARTBEAT_TTL_MS, which the gateway needs to read their registry.
     worker_heartbeat_ttl_ms: int = 3_000
     # The model table, tenants, traffic and trace settings are re-read from Redis when the
     # change feed announces a change (``shared/fleet/change_feed.py``); this is the safety poll that
     # catches a lost notice.
     refresh_interval_ms: int = 10_000
+    # Redis connections one gateway process may hold open at once.
     redis_pool_size: int = 64
     # KServe v2 gRPC port (served by the service's first process); 0 serves no gRPC.
     grpc_port: int = 0
@@ -76,14 +82,22 @@ class GatewaySettings(Settings, kw_only=True):
     # Triton's --http-header-forward-pattern / --grpc-header-forward-pattern: request headers
     # whose name matches reach the model as string parameters (empty: none).
     http_header_forward_pattern: str = ""
+    # The same for gRPC request metadata (Triton's --grpc-header-forward-pattern).
     grpc_header_forward_pattern: str = ""
     # gRPC keepalive, with Triton's flags' defaults (--grpc-keepalive-time etc.), so clients
-    # tuned for Triton's server are neither cut off for pinging nor kept waiting.
+    # tuned for Triton's server are neither cut off for pinging nor kept waiting: the time (ms)
+    # between the server's keepalive pings.
     grpc_keepalive_time_ms: int = 7_200_000
+    # gRPC keepalive: how long (ms) the server waits for a ping's answer before it closes.
     grpc_keepalive_timeout_ms: int = 20_000
+    # gRPC keepalive: whether pings are allowed on a connection with no call in progress.
     grpc_keepalive_permit_without_calls: bool = False
+    # gRPC keepalive: pings a client may send without data before it must send data.
     grpc_http2_max_pings_without_data: int = 2
+    # gRPC keepalive: the shortest interval (ms) between client pings without data that the
+    # server accepts; a shorter one is a strike.
     grpc_http2_min_recv_ping_interval_without_data_ms: int = 300_000
+    # gRPC keepalive: bad pings (strikes) before the server closes the connection.
     grpc_http2_max_ping_strikes: int = 2
     # Triton's --allow-client-shm: clients may register system (and CUDA) shared memory.
     allow_client_shm: bool = False

@@ -8,9 +8,14 @@ from shared.runtime.settings import Settings
 class SchedulerSettings(Settings, kw_only=True):
     __prefix__ = "CONCH_SCHEDULER_"
 
+    # Address of the scheduler's /health/live, /health/ready and /metrics.
     health_host: str = "0.0.0.0"
+    # Port of those probes and /metrics; a port in use stops the service (exit 78).
     health_port: int = 8010
+    # How often the scheduler renews its heartbeat (others take its pending entries over once
+    # it is older than the dead bound).
     heartbeat_interval_ms: int = 1_000
+    # A scheduler heartbeat not renewed within this long expires.
     heartbeat_ttl_ms: int = 3_000
     # The registry and readiness are re-read when the change feed announces a change
     # (``shared/fleet/change_feed.py``); this is the safety poll that catches a lost notice.

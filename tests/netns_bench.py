@@ -1,7 +1,7 @@
 """Cross-host figures: `conch bench` cells through Envoy, with 0, 0.1 and 0.5 ms per hop.
 
     sudo .venv/bin/python -m tests.netns_bench [--delays 0,0.1,0.5] [--cells mlp:1,mlp:64]
-        [--duration 10] [--harness ../shared/bench] [--out bench-results/cross-host.jsonl]
+        [--duration 10] [--harness bench/harness] [--out bench-results/cross-host.jsonl]
 
 Builds the mesh across network namespaces (``tests.netns_mesh``) on the harness's model
 repository, then, in the same run, runs ``conch bench --url <edge>`` from the client's namespace
@@ -18,16 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import HARNESS
 from tests import netns_lab
 from tests.netns_mesh import ROOT, NetMesh
-
-
-def _harness() -> Path:
-    """``../shared/bench`` as `conch bench` has it, else the workspace's shared harness."""
-    for candidate in (ROOT.parent / "shared" / "bench", ROOT.parents[1] / "shared" / "bench"):
-        if (candidate / "load.sh").exists():
-            return candidate
-    return ROOT.parent / "shared" / "bench"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delays", default="0,0.1,0.5")
     parser.add_argument("--cells", default="mlp:1,mlp:64")
     parser.add_argument("--duration", default="10")
-    parser.add_argument("--harness", type=Path, default=_harness())
+    parser.add_argument("--harness", type=Path, default=HARNESS)
     parser.add_argument("--bench-root", default=os.environ.get("BENCH_ROOT", "/tmp/conch-bench"))
     parser.add_argument("--out", type=Path, default=Path("bench-results/cross-host.jsonl"))
     args = parser.parse_args(argv)

@@ -8,7 +8,10 @@ from shared.runtime.settings import Settings
 class WorkerSettings(Settings, kw_only=True):
     __prefix__ = "CONCH_WORKER_"
 
+    # The backend this worker runs (onnxruntime, python, pytorch, tensorrt...): it serves the
+    # models of the repository whose configuration names it.
     backend: str = "onnxruntime"
+    # Directory of the model repository (Triton's layout: <model>/config.pbtxt, <model>/<version>).
     model_repository: str = "model_repository"
     # Names of the models to load; empty: every model of this worker's backend.
     models: list[str] = []
@@ -17,10 +20,16 @@ class WorkerSettings(Settings, kw_only=True):
     gpu_ids: list[int] = []
     # Whether this worker runs the KIND_CPU instance groups (one of a set of per-GPU workers).
     cpu_instances: bool = True
+    # Address of the worker's /health/live, /health/ready and /metrics.
     health_host: str = "0.0.0.0"
+    # Port of those probes and /metrics; a port in use stops the service (exit 78).
     health_port: int = 8020
+    # How often the worker renews its heartbeat and its instances' readiness.
     heartbeat_interval_ms: int = 1_000
+    # A worker heartbeat (and readiness) not renewed within this long expires; gateways read
+    # the registry with it (CONCH_GATEWAY_WORKER_HEARTBEAT_TTL_MS must match).
     heartbeat_ttl_ms: int = 3_000
+    # How often pending batches and sequences of dead workers are looked for.
     reclaim_interval_ms: int = 1_000
     # What a Redis that restarted empty forgot (configs, groups, the repository index) is put
     # back when the worker's change-feed subscription is made again, and on this safety poll.

@@ -34,8 +34,12 @@ class Settings(msgspec.Struct, kw_only=True):
     # Write concern of admission and dispatch (``shared.fleet.durability``): WAIT for this many
     # replicas, at most this long, after each. 0: asynchronous replication only.
     redis_wait_replicas: int = 0
+    # The longest a WAIT for those replicas may take (ms) before the write goes on without them.
     redis_wait_timeout_ms: int = 100
+    # Level of the service's own log lines (DEBUG, INFO, WARNING, ERROR); the fleet's levels
+    # may also be changed at runtime through v2/logging.
     log_level: str = "INFO"
+    # "json": one JSON object per line, with the request id; "text": lines for a person.
     log_format: str = "json"
     # The direct path (``shared.fleet.direct_path``): a request of a model whose batcher never waits
     # goes straight to an idle instance when nothing is queued. Read by every submitter (the

@@ -55,6 +55,8 @@ class BlsSettings(Settings, kw_only=True):
 
     __prefix__ = "CONCH_WORKER_"
 
+    # A BLS call is refused at once only when no worker of the called model has been ready
+    # within this bound (as the gateway's admission does).
     gone_bound_ms: int = 30_000
 
 
