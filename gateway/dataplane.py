@@ -36,8 +36,8 @@ from gateway.sequence_admission import SequenceAdmission, check_request, sequenc
 from gateway.trace_settings import TraceSettings, start_span
 from gateway.validation import ValidRequest, validate
 from gateway.version_router import VersionRouter
-from shared import envelope, keys, metrics, submission
-from shared.admission_script import ENQUEUE_LUA, NO_WORKER, QUEUE_FULL
+from shared import envelope, keys, lua, metrics, submission
+from shared.admission_script import NO_WORKER, QUEUE_FULL
 from shared.coalesced_script import CoalescedScript
 from shared.envelope import Reply
 from shared.errors import ConchError, ErrorCode
@@ -113,7 +113,7 @@ class DataPlane:
         self.table = table
         self.replies = replies
         self._default_timeout_ms = default_timeout_ms
-        self._enqueue = CoalescedScript(r, ENQUEUE_LUA)
+        self._enqueue = CoalescedScript(r, lua.ENQUEUE.source)
         self._plans = AdmissionPlans(direct)
         self._sequences = SequenceAdmission(r, gone_ms)
         self._shadow_tasks: set[asyncio.Task[None]] = set()

@@ -21,19 +21,14 @@ from collections.abc import Callable, Iterable, Mapping
 
 import redis.asyncio as aioredis
 
-from shared import envelope, keys, metrics
+from shared import envelope, keys, lua, metrics
 from shared.cancel_listener import CancelledRequests, follow
 from shared.cancel_marks import CANCELLED_TEXT
 from shared.envelope import RequestHeader
 from shared.errors import ErrorCode
-from shared.fencing import ack_many_lua
 from shared.publish import queue_replies
 
 log = logging.getLogger(__name__)
-
-
-# Acks, deletes and counts (as cancelled) the entries still pending under this consumer.
-CANCEL_ACK_LUA = ack_many_lua("cancel_count")
 
 
 async def answer_cancelled(
@@ -66,7 +61,8 @@ async def answer_cancelled(
             ),
         )
         stats = keys.stats(model, version)
-        pipe.eval(CANCEL_ACK_LUA, 1 + len(by_stream), stats, *by_stream, *args)
+        # shared/lua/cancel_ack.lua: acks, deletes and counts those still this consumer's.
+        pipe.eval(lua.CANCEL_ACK.source, 1 + len(by_stream), stats, *by_stream, *args)
         results = await pipe.execute()
     acked = int(results[-1])
     if acked:

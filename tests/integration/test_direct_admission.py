@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from shared import batch_entry, clock, envelope, keys, readiness
-from shared.admission_script import ADMITTED, DIRECT, ENQUEUE_LUA, NO_WORKER, admission_call
+from shared import batch_entry, clock, envelope, keys, lua, readiness
+from shared.admission_script import ADMITTED, DIRECT, NO_WORKER, admission_call
 from shared.coalesced_script import CoalescedScript
 from shared.envelope import Batch, InferRequest, RequestHeader, Tensor
 from shared.fencing import queue_fenced_ack
@@ -27,9 +27,9 @@ def stream(level: int) -> str:
 def admit(request: pytest.FixtureRequest, aredis: aioredis.Redis):
     """Admit request ``n`` at ``level``; ``direct``: whether the model may go direct."""
     script = (
-        aredis.register_script(ENQUEUE_LUA)
+        aredis.register_script(lua.ENQUEUE.source)
         if request.param == "script"
-        else CoalescedScript(aredis, ENQUEUE_LUA)
+        else CoalescedScript(aredis, lua.ENQUEUE.source)
     )
 
     async def call(n: int, level: int = 2, direct: bool = True, max_queue: int = 0) -> int:
