@@ -32,43 +32,12 @@ from gateway.admin.validation import (
 )
 from gateway.core import auth
 from gateway.routing.traffic_table import Shadow, decode_shadow, decode_weights
+from shared import lua
 from shared.fleet import change_feed, readiness
 from shared.wire import keys
 from shared.wire.errors import invalid, not_found
 
 log = logging.getLogger(__name__)
-
-# KEYS: tenants, api_keys, tenant_keys, tenants_rev. ARGV: tenant, record, key digests...
-# Refuses (returning the digest and its owner) a key that belongs to another tenant.
-PUT_TENANT_LUA = """
-for i = 3, #ARGV do
-  local owner = redis.call('HGET', KEYS[2], ARGV[i])
-  if owner and owner ~= ARGV[1] then return {ARGV[i], owner} end
-end
-for _, digest in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-  redis.call('HDEL', KEYS[2], digest)
-end
-redis.call('DEL', KEYS[3])
-for i = 3, #ARGV do
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[1])
-  redis.call('SADD', KEYS[3], ARGV[i])
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('INCR', KEYS[4])
-return {}
-"""
-
-# KEYS: tenants, api_keys, tenant_keys, tenants_rev. ARGV: tenant. Returns 0 when unknown.
-DELETE_TENANT_LUA = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-for _, digest in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-  redis.call('HDEL', KEYS[2], digest)
-end
-redis.call('DEL', KEYS[3])
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('INCR', KEYS[4])
-return 1
-"""
 
 
 def _text(value: str | bytes) -> str:
@@ -80,8 +49,8 @@ class AdminStore:
 
     def __init__(self, r: aioredis.Redis):
         self._redis = r
-        self._put_tenant = r.register_script(PUT_TENANT_LUA)
-        self._delete_tenant = r.register_script(DELETE_TENANT_LUA)
+        self._put_tenant = r.register_script(lua.PUT_TENANT.source)
+        self._delete_tenant = r.register_script(lua.DELETE_TENANT.source)
 
     # weights
 

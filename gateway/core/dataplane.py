@@ -36,9 +36,9 @@ from gateway.extensions.response_cache import ResponseCache
 from gateway.extensions.trace_settings import TraceSettings, start_span
 from gateway.rest.codec import ParsedRequest
 from gateway.routing.version_router import VersionRouter
-from shared import metrics
+from shared import lua, metrics
 from shared.fleet import submission
-from shared.fleet.admission_script import ENQUEUE_LUA, NO_WORKER, QUEUE_FULL
+from shared.fleet.admission_script import NO_WORKER, QUEUE_FULL
 from shared.fleet.coalesced_script import CoalescedScript
 from shared.fleet.replies import ReplyRouter
 from shared.runtime.ids import new_id
@@ -115,7 +115,7 @@ class DataPlane:
         self.table = table
         self.replies = replies
         self._default_timeout_ms = default_timeout_ms
-        self._enqueue = CoalescedScript(r, ENQUEUE_LUA)
+        self._enqueue = CoalescedScript(r, lua.ENQUEUE.source)
         self._plans = AdmissionPlans(direct)
         self._sequences = SequenceAdmission(r, gone_ms)
         self._shadow_tasks: set[asyncio.Task[None]] = set()

@@ -14,47 +14,9 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from gateway.core.auth import RateLimit, Tenant
+from shared import lua
 from shared.wire import keys
 from shared.wire.errors import ConchError, ErrorCode
-
-# KEYS: the buckets. ARGV[1]: now in microseconds (0: Redis TIME), then per bucket: rate, burst.
-# Returns 0 when admitted, else the microseconds until a token is available in every bucket.
-TOKEN_BUCKET_LUA = """
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local tokens, stamps = {}, {}
-local wait = 0
-for i = 1, #KEYS do
-  local rate = tonumber(ARGV[2 * i])
-  local burst = tonumber(ARGV[2 * i + 1])
-  local state = redis.call('HMGET', KEYS[i], 'tokens', 'ts')
-  local have, ts = tonumber(state[1]), tonumber(state[2])
-  if have == nil or ts == nil then
-    have, ts = burst, now
-  elseif now > ts then
-    have = math.min(burst, have + (now - ts) * rate / 1000000)
-    ts = now
-  end
-  if have > burst then have = burst end
-  tokens[i], stamps[i] = have, ts
-  if have < 1 then
-    local need = math.ceil((1 - have) * 1000000 / rate)
-    if need > wait then wait = need end
-  end
-end
-for i = 1, #KEYS do
-  local rate = tonumber(ARGV[2 * i])
-  local burst = tonumber(ARGV[2 * i + 1])
-  local have = tokens[i]
-  if wait == 0 then have = have - 1 end
-  redis.call('HSET', KEYS[i], 'tokens', tostring(have), 'ts', tostring(stamps[i]))
-  redis.call('PEXPIRE', KEYS[i], math.ceil(burst * 1000 / rate) + 1000)
-end
-return wait
-"""
 
 
 def buckets_for(tenant: Tenant, model: str) -> list[tuple[str, RateLimit]]:
@@ -70,7 +32,7 @@ def buckets_for(tenant: Tenant, model: str) -> list[tuple[str, RateLimit]]:
 
 class RateLimiter:
     def __init__(self, r: aioredis.Redis):
-        self._script = r.register_script(TOKEN_BUCKET_LUA)
+        self._script = r.register_script(lua.TOKEN_BUCKET.source)  # shared/lua/token_bucket.lua
 
     async def wait_us(self, buckets: list[tuple[str, RateLimit]], now_us: int = 0) -> int:
         """Take a token from every bucket, or none: 0 when admitted, else microseconds to wait."""

@@ -19,9 +19,8 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.core.validation import ValidRequest
-from shared import metrics
+from shared import lua, metrics
 from shared.fleet.coalesced_script import CoalescedScript
-from shared.fleet.sequence_lua import LIBRARY
 from shared.model_config import ModelConfig
 from shared.model_config.sequences import SequenceSpec, sequence_spec
 from shared.wire import envelope, keys, sequence_params
@@ -31,7 +30,8 @@ from shared.wire.sequence_params import SequenceParams
 
 # A step up to this size rides along on the holder's doorbell, so that the holder of a sequence
 # whose previous step it committed runs the step without reading its queue (larger steps are
-# read from the queue: the doorbell stream keeps 1000 entries).
+# read from the queue: the doorbell stream keeps 1000 entries). sequence_admit.lua has the same
+# number (tests/contract checks they agree).
 BELL_PAYLOAD_MAX = 65_536
 
 # Binding and queue outlive the idle timeout by this much: the idle release itself is exact
@@ -39,54 +39,7 @@ BELL_PAYLOAD_MAX = 65_536
 # entirely leaves behind.
 TTL_MARGIN_MS = 600_000
 
-# KEYS: ready zset, binding, queue, dedupe key.
-# ARGV: P, NOW, idle ms, ttl ms, start, end, sequence, payload, dedupe ttl ms, oldest readiness
-#       expiry (ms) that still counts as live (the gone bound, as the other admission script).
-# Returns {code, idle released, backlogged}; code 1 queued, 2 duplicate of an admitted request,
-# -1 no live worker, -3 no START for a sequence unknown, ended or idle-released.
-ADMIT_LUA = (
-    "local P, NOW = ARGV[1], tonumber(ARGV[2])\n"
-    + f"local BELL_PAYLOAD_MAX = {BELL_PAYLOAD_MAX}\n"
-    + LIBRARY
-    + """
-local ready, b, q = KEYS[1], KEYS[2], KEYS[3]
-local idle, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
-local start, finish, seq = ARGV[5] == '1', ARGV[6] == '1', ARGV[7]
-if redis.call('ZCOUNT', ready, tonumber(ARGV[10]), '+inf') == 0 then return {-1, 0, 0} end
-if redis.call('SET', KEYS[4], '1', 'NX', 'PX', tonumber(ARGV[9])) == false then
-  return {2, 0, 0}
-end
-local holder = redis.call('HGET', b, 'holder')
-local released = 0
-if holder ~= false and idle_now(seq, idle) then
-  release(seq, holder)
-  holder, released = false, 1
-end
-if not start and (holder == false or redis.call('HGET', b, 'open') == '0') then
-  redis.call('DEL', KEYS[4])
-  return {-3, released, 0}
-end
-if holder == false then
-  redis.call('HSET', b, 'admitted', 0, 'committed', 0)
-  holder = bind(seq, choose(ready, nil), idle, 1, true)
-end
-local step = redis.call('HINCRBY', b, 'admitted', 1)
-redis.call('RPUSH', q, step .. ':' .. ARGV[8])
-redis.call('HSET', b, 'open', finish and '0' or '1', 'last', NOW)
-redis.call('PEXPIRE', b, ttl)
-redis.call('PEXPIRE', q, ttl)
-if holder ~= '' then
-  redis.call('ZADD', P .. 'held:' .. holder, NOW + idle, seq)
-  local bell = P .. 'bell:' .. holder
-  if #ARGV[8] <= BELL_PAYLOAD_MAX then  -- the step rides along: the holder need not read it
-    redis.call('XADD', bell, 'MAXLEN', '~', 1000, '*', 's', seq, 'n', step, 'd', ARGV[8])
-  else
-    redis.call('XADD', bell, 'MAXLEN', '~', 1000, '*', 's', seq, 'n', step)
-  end
-end
-return {1, released, holder == '' and 1 or 0}
-"""
-)
+# The script, with its KEYS, ARGV and reply: shared/lua/sequence_admit.lua.
 
 
 def sequence_request(
@@ -134,7 +87,7 @@ def no_start(config: ModelConfig, params: SequenceParams) -> ConchError:
 
 class SequenceAdmission:
     def __init__(self, r: aioredis.Redis, gone_ms: int):
-        self._script = CoalescedScript(r, ADMIT_LUA, convert=list)
+        self._script = CoalescedScript(r, lua.SEQUENCE_ADMIT.source, convert=list)
         # A version counts as served while some worker was ready within this bound.
         self._gone_ms = gone_ms
 

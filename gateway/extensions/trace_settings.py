@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 import redis.asyncio as aioredis
 
+from shared import lua
 from shared.fleet import change_feed
 from shared.runtime import periodic, tracing
 from shared.wire import keys, tensors
@@ -36,14 +37,6 @@ FIELDS = ("trace_level", "trace_rate", "trace_count", "log_frequency")
 NO_TRACE_FILE = "trace file location can not be updated through network protocol"
 # Tensors with at most this many elements have their values in a TENSORS span.
 TENSOR_VALUES_MAX = 64
-# Decrement the scope's remaining traces if any are left: 1 = trace it, 0 = none left.
-_TAKE_ONE = """
-local left = tonumber(redis.call('GET', KEYS[1]) or '-1')
-if left < 0 then return 1 end
-if left == 0 then return 0 end
-redis.call('DECR', KEYS[1])
-return 1
-"""
 _decode = msgspec.json.Decoder(dict[str, Any]).decode
 
 
@@ -113,7 +106,7 @@ class TraceSettings:
         self._interval = refresh_interval_s
         self._scopes: dict[str, dict[str, Any]] = {}
         self._counters: dict[str, int] = {}
-        self._take = r.register_script(_TAKE_ONE)
+        self._take = r.register_script(lua.TRACE_TAKE_ONE.source)
 
     async def refresh(self) -> None:
         raw = await self._redis.hgetall(keys.trace_settings())

@@ -23,85 +23,15 @@ from collections.abc import Iterable
 
 from redis.asyncio.client import Pipeline
 
+from shared import lua
 from shared.wire import keys
 
-# KEYS: state. ARGV: request payload, entry reference, milliseconds to keep the state, then
-# field/value pairs (the children ``c:<step>`` submitted with the request).
-START_LUA = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'req', ARGV[1], 'entry', ARGV[2], unpack(ARGV, 4))
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return 1
-end
-return redis.call('HGETALL', KEYS[1])
-"""
+# The scripts, with their KEYS, ARGV and replies: shared/lua/ensemble_start.lua,
+# ensemble_step.lua and ensemble_finish.lua.
 
-# KEYS: step stream, then one state per reply. ARGV: group, entry id, then per reply: step,
-# expected size (0: answer the state), number of tensor pairs, number of child pairs, the tensor
-# field/value pairs, the child field/value pairs.
-STEP_LUA = """
-local out, clean, a = {}, true, 3
-for i = 2, #KEYS do
-  local step, expected = ARGV[a], tonumber(ARGV[a + 1])
-  local tensors, children = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local first = a + 4
-  local mid = first + 2 * tensors
-  a = mid + 2 * children
-  if redis.call('EXISTS', KEYS[i]) == 0 then
-    out[i - 1] = 0
-  else
-    if redis.call('HSETNX', KEYS[i], 'd:' .. step, '1') == 1 and tensors > 0 then
-      redis.call('HSET', KEYS[i], unpack(ARGV, first, mid - 1))
-    end
-    if children > 0 then redis.call('HSET', KEYS[i], unpack(ARGV, mid, a - 1)) end
-    if redis.call('HLEN', KEYS[i]) == expected then
-      out[i - 1] = 1
-    else
-      out[i - 1] = redis.call('HGETALL', KEYS[i])
-      clean = false
-    end
-  end
-end
-if clean then
-  redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-  redis.call('XDEL', KEYS[1], ARGV[2])
-end
-return out
-"""
-
-# The ensemble's statistics counters, in FINISH's argument order.
+# The ensemble's statistics counters, in FINISH's argument order (NAMES in ensemble_finish.lua:
+# tests/contract checks they agree).
 COUNTERS = ("success_count", "fail_count", "inference_count", "execution_count", "compute_infer_ns")
-
-# KEYS: stats, then per request: state, request stream. ARGV: group, last inference ms, then per
-# request: entry id and one value per counter of COUNTERS. Answers 1/0 per request (finished here).
-FINISH_LUA = """
-local n = N_COUNTERS
-local sums, out, any = {}, {}, false
-for j = 1, n do sums[j] = 0 end
-for i = 1, (#KEYS - 1) / 2 do
-  local base = 3 + (i - 1) * (n + 1)
-  if redis.call('DEL', KEYS[2 * i]) == 1 then
-    redis.call('XACK', KEYS[2 * i + 1], ARGV[1], ARGV[base])
-    redis.call('XDEL', KEYS[2 * i + 1], ARGV[base])
-    for j = 1, n do sums[j] = sums[j] + tonumber(ARGV[base + j]) end
-    out[i], any = 1, true
-  else
-    out[i] = 0
-  end
-end
-if any then
-  local names = {COUNTER_NAMES}
-  for j = 1, n do
-    if sums[j] ~= 0 then
-      redis.call('HINCRBY', KEYS[1], names[j], string.format('%.0f', sums[j]))
-    end
-  end
-  redis.call('HSET', KEYS[1], 'last_inference', ARGV[2])
-end
-return out
-""".replace("N_COUNTERS", str(len(COUNTERS))).replace(
-    "COUNTER_NAMES", ", ".join(f"'{name}'" for name in COUNTERS)
-)
 
 
 def queue_start(
@@ -115,7 +45,7 @@ def queue_start(
     args: list[object] = [payload, entry, max(1, keep_ms)]
     for field, child in children.items():
         args.extend((field, child))
-    pipe.eval(START_LUA, 1, state, *args)
+    pipe.eval(lua.ENSEMBLE_START.source, 1, state, *args)
 
 
 class StepRecord:
@@ -145,7 +75,8 @@ def queue_step(
             args.extend((f"t:{name}", data))
         for field, child in record.children.items():
             args.extend((field, child))
-    pipe.eval(STEP_LUA, 1 + len(records), steps_stream, *(r.state for r in records), *args)
+    states = (r.state for r in records)
+    pipe.eval(lua.ENSEMBLE_STEP.source, 1 + len(records), steps_stream, *states, *args)
 
 
 def queue_finish(
@@ -161,7 +92,7 @@ def queue_finish(
         script_keys.extend((state, stream))
         args.append(entry_id)
         args.extend(counters.get(name, 0) for name in COUNTERS)
-    pipe.eval(FINISH_LUA, len(script_keys), *script_keys, *args)
+    pipe.eval(lua.ENSEMBLE_FINISH.source, len(script_keys), *script_keys, *args)
 
 
 def parse_state(flat: list[bytes] | None) -> dict[bytes, bytes] | None:

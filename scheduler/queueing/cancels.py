@@ -22,20 +22,15 @@ from collections.abc import Callable, Iterable, Mapping
 
 import redis.asyncio as aioredis
 
-from shared import metrics
+from shared import lua, metrics
 from shared.fleet.cancel_listener import CancelledRequests, follow
 from shared.fleet.cancel_marks import CANCELLED_TEXT
-from shared.fleet.fencing import ack_many_lua
 from shared.fleet.publish import queue_replies
 from shared.wire import envelope, keys
 from shared.wire.envelope import RequestHeader
 from shared.wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
-
-
-# Acks, deletes and counts (as cancelled) the entries still pending under this consumer.
-CANCEL_ACK_LUA = ack_many_lua("cancel_count")
 
 
 async def answer_cancelled(
@@ -68,7 +63,8 @@ async def answer_cancelled(
             ),
         )
         stats = keys.stats(model, version)
-        pipe.eval(CANCEL_ACK_LUA, 1 + len(by_stream), stats, *by_stream, *args)
+        # shared/lua/cancel_ack.lua: acks, deletes and counts those still this consumer's.
+        pipe.eval(lua.CANCEL_ACK.source, 1 + len(by_stream), stats, *by_stream, *args)
         results = await pipe.execute()
     acked = int(results[-1])
     if acked:

@@ -1,6 +1,6 @@
 """Sending a batch: one script puts it on the batch stream and takes its requests off theirs.
 
-The script (``shared.fleet.fencing.DISPATCH_LUA``) first checks that every chosen request entry is
+The script (``shared/lua/dispatch.lua``) first checks that every chosen request entry is
 still pending for this scheduler, then adds the batch and acks and deletes the entries, all or
 nothing: a request is either still queued or in exactly one batch. A dispatch sent twice (redis-py
 repeats a command whose connection dropped after it went out) finds its entries gone the second
@@ -11,7 +11,6 @@ to take.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -21,14 +20,15 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 from scheduler.queueing.pending import Pending
+from shared import lua
 from shared.fleet import durability
-from shared.fleet.fencing import DISPATCH_LUA, dispatch_args
+from shared.fleet.fencing import dispatch_args
 from shared.runtime import tracing
 from shared.runtime.ids import new_id
 from shared.wire import envelope
 from shared.wire.envelope import Batch
 
-_DISPATCH_SHA = hashlib.sha1(DISPATCH_LUA.encode()).hexdigest()
+_DISPATCH_SHA = lua.DISPATCH.sha
 
 
 @dataclass
@@ -67,7 +67,7 @@ async def send(
         try:
             result = await r.evalsha(_DISPATCH_SHA, len(script_keys), *script_keys, *args)
         except NoScriptError:  # a Redis restarted or flushed: the full text once, cached again
-            result = await r.eval(DISPATCH_LUA, len(script_keys), *script_keys, *args)
+            result = await r.eval(lua.DISPATCH.source, len(script_keys), *script_keys, *args)
     if int(result[0]) >= 0:
         return Sent(backlog=int(result[0]))
     streams = list(by_stream)
@@ -87,7 +87,7 @@ async def _send_and_wait(
             waits = durability.queue_wait(pipe, wait, script_keys[:1])
             results = await pipe.execute(raise_on_error=False)
         if isinstance(results[0], NoScriptError):
-            await r.script_load(DISPATCH_LUA)
+            await r.script_load(lua.DISPATCH.source)
             continue
         durability.check(results[-waits:], wait, "dispatch")
         if isinstance(results[0], Exception):

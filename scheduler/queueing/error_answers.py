@@ -1,8 +1,8 @@
 """Answering queued requests with an error, and taking them off their request streams.
 
 The replies go to the gateways' reply streams first, then one fenced script
-(``shared.fleet.fencing.FENCED_ACK_MANY_LUA``) acks and deletes the entries this scheduler still
-owns and counts them in the stats hash, all in one round trip. A crash between the two leaves the
+(``shared/lua/fenced_ack_many.lua``) acks and deletes the entries this scheduler still owns
+and counts them in the stats hash, all in one round trip. A crash between the two leaves the
 entries pending: they are answered again later, and the gateway keeps only the first answer. The
 failure is counted with Triton's reason: a scheduler timeout is REJECTED, a delivery limit OTHER.
 """

@@ -33,31 +33,7 @@ from dataclasses import dataclass
 
 from shared.wire import keys
 
-# KEYS: readiness set, request stream, the request's admission record; for the direct branch
-#       also the batch stream, the statistics hash, then every request stream of the version.
-# ARGV: oldest readiness expiry (ms) that still counts as live, max queue size (0: none),
-#       header, data, milliseconds to keep the admission record.
-ENQUEUE_LUA = """
-if redis.call('EXISTS', KEYS[3]) == 1 then return 1 end
-if redis.call('ZCOUNT', KEYS[1], ARGV[1], '+inf') == 0 then return -1 end
-if #KEYS > 3 and redis.call('XLEN', KEYS[4]) == 0
-    and tonumber(redis.call('HGET', KEYS[5], 'last_batch') or '1') <= 1 then
-  local idle = true
-  for i = 6, #KEYS do
-    if redis.call('XLEN', KEYS[i]) > 0 then idle = false break end
-  end
-  if idle then
-    redis.call('XADD', KEYS[4], '*', 'h', ARGV[3], 'r', ARGV[4])
-    redis.call('SET', KEYS[3], '1', 'PX', ARGV[5])
-    return 2
-  end
-end
-local max_queue = tonumber(ARGV[2])
-if max_queue > 0 and redis.call('XLEN', KEYS[2]) >= max_queue then return -2 end
-redis.call('XADD', KEYS[2], '*', 'h', ARGV[3], 'd', ARGV[4])
-redis.call('SET', KEYS[3], '1', 'PX', ARGV[5])
-return 1
-"""
+# The script itself, with its KEYS, ARGV and reply: shared/lua/enqueue.lua (``lua.ENQUEUE``).
 
 ADMITTED = 1
 # Admitted straight to the batch stream (the direct path).

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 import msgspec
 import redis.asyncio as aioredis
 
-from shared import metrics
+from shared import lua, metrics
 from shared.fleet.publish import queue_replies
 from shared.wire import envelope, keys
 from shared.wire.envelope import Reply
@@ -27,26 +27,6 @@ log = logging.getLogger(__name__)
 
 # Entries kept per model's dead-letter stream (approximately: MAXLEN ~).
 DEAD_LETTERS_MAXLEN = 10_000
-
-# KEYS: dead-letter stream, source stream, statistics hash. ARGV: group, consumer, entry id,
-# reason, maxlen, failures to count (fail_count), batch-done channel ('' for none). Returns 1
-# when moved, 0 when the entry was not this consumer's (another owns it now, or it is gone).
-DEAD_LETTER_LUA = """
-if #redis.call('XPENDING', KEYS[2], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2]) == 0 then
-  return 0
-end
-local fields = {'reason', ARGV[4], 'stream', KEYS[2], 'entry', ARGV[3], 'consumer', ARGV[2]}
-local rows = redis.call('XRANGE', KEYS[2], ARGV[3], ARGV[3])
-if #rows > 0 then
-  for _, value in ipairs(rows[1][2]) do fields[#fields + 1] = value end
-end
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*', unpack(fields))
-if tonumber(ARGV[6]) > 0 then redis.call('HINCRBY', KEYS[3], 'fail_count', ARGV[6]) end
-redis.call('XACK', KEYS[2], ARGV[1], ARGV[3])
-redis.call('XDEL', KEYS[2], ARGV[3])
-if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], '') end
-return 1
-"""
 
 
 def identify(raw: bytes | None) -> tuple[str, str] | None:
@@ -85,12 +65,13 @@ async def move(
     done_channel: str = "",
 ) -> bool:
     """Answer the identifiable requests with an error, then move the entry to the dead-letter
-    stream; one round trip. False: the entry was not this consumer's any more."""
+    stream (shared/lua/dead_letter.lua); one round trip. False: the entry was not this
+    consumer's any more."""
     replies = list(answers)
     async with r.pipeline(transaction=False) as pipe:
         queue_replies(pipe, replies)
         pipe.eval(
-            DEAD_LETTER_LUA,
+            lua.DEAD_LETTER.source,
             3,
             keys.dead_letters(model),
             stream,

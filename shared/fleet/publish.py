@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from redis.asyncio.client import Pipeline
 
+from shared import lua
 from shared.wire import envelope, keys
 from shared.wire.envelope import Reply
 
@@ -34,17 +35,11 @@ def queue_replies(pipe: Pipeline, replies: Iterable[tuple[str, Reply]]) -> None:
             pipe.pexpire(stream, REPLY_TTL_MS)
 
 
-# Every counter of one batch in one command (a dozen HINCRBYs cost a dozen commands to pack,
-# send and run); EVAL with the source, so no script cache is needed.
-_ADD_STATS_LUA = """
-for i = 2, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
-redis.call('HSET', KEYS[1], 'last_inference', ARGV[1])
-"""
-
-
 def add_stats(pipe: Pipeline, key: str, counters: dict[str, int], last_inference_ms: int) -> None:
-    """Add a batch's statistics counters to the (model, version) hash the gateways read."""
+    """Add a batch's statistics counters to the (model, version) hash the gateways read: every
+    counter in one command (a dozen HINCRBYs cost a dozen commands to pack, send and run); EVAL
+    with the source (shared/lua/add_stats.lua), so no script cache is needed."""
     args: list[object] = [last_inference_ms]
     for field, amount in counters.items():
         args.extend((field, amount))
-    pipe.eval(_ADD_STATS_LUA, 1, key, *args)
+    pipe.eval(lua.ADD_STATS.source, 1, key, *args)

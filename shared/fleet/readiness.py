@@ -16,6 +16,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from shared import lua
 from shared.fleet import change_feed
 from shared.runtime.clock import now_ms
 from shared.wire import keys
@@ -24,13 +25,15 @@ from shared.wire import keys
 def queue_ready(
     pipe: Any, worker_id: str, versions: Mapping[tuple[str, int], int], ttl_ms: int
 ) -> None:
-    """Queue this worker's readiness on a pipeline (asynchronous or synchronous)."""
+    """Queue this worker's readiness on a pipeline (asynchronous or synchronous); the mark
+    (shared/lua/mark_ready.lua) announces a version it makes ready. EVAL with its source: it
+    runs in the heartbeat thread's plain pipeline and in cluster pipelines alike."""
     now = now_ms()
     expiry = now + ttl_ms
     for (model, version), count in versions.items():
         pipe.execute_command(  # EVAL by name: a cluster pipeline's ``eval`` takes no arguments
             "EVAL",
-            _MARK,
+            lua.MARK_READY.source,
             1,
             keys.ready(model, version),
             worker_id,
@@ -41,19 +44,6 @@ def queue_ready(
         )
         pipe.hset(keys.instances(model, version), worker_id, count)
         pipe.sadd(keys.model_versions(model), version)
-
-
-# KEYS: the readiness set. ARGV: worker, expiry, now, channel, topic. Announces a version that
-# this mark makes ready (EVAL with its source: it runs in the heartbeat thread's plain pipeline
-# and in cluster pipelines alike).
-_MARK = """
-local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-if (not old) or tonumber(old) < tonumber(ARGV[3]) then
-  redis.call('PUBLISH', ARGV[4], ARGV[5])
-end
-return 0
-"""
 
 
 async def mark_ready(

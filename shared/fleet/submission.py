@@ -15,8 +15,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 
+from shared import lua
 from shared.fleet.admission_script import (
-    ENQUEUE_LUA,
     NO_WORKER,
     QUEUE_FULL,
     AdmissionCall,
@@ -175,7 +175,7 @@ def prepare(
 def queue_admission(pipe: Pipeline, prepared: Prepared) -> None:
     """The admission script on a pipeline of the caller's (EVAL: no script cache needed)."""
     keys_, args = prepared.call.keys, prepared.call.args
-    pipe.eval(ENQUEUE_LUA, len(keys_), *keys_, *args)
+    pipe.eval(lua.ENQUEUE.source, len(keys_), *keys_, *args)
 
 
 class Submitter:
@@ -184,7 +184,7 @@ class Submitter:
     nothing."""
 
     def __init__(self, r: aioredis.Redis, gone_ms: int, direct: bool = True):
-        self._enqueue = CoalescedScript(r, ENQUEUE_LUA)
+        self._enqueue = CoalescedScript(r, lua.ENQUEUE.source)
         self.gone_ms = gone_ms
         self.direct = direct
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
+from shared import lua
 from shared.fleet import readiness
-from shared.fleet.admission_script import ADMITTED, DIRECT, ENQUEUE_LUA, NO_WORKER, admission_call
+from shared.fleet.admission_script import ADMITTED, DIRECT, NO_WORKER, admission_call
 from shared.fleet.coalesced_script import CoalescedScript
 from shared.fleet.fencing import queue_fenced_ack
 from shared.runtime import clock
@@ -30,9 +31,9 @@ def stream(level: int) -> str:
 def admit(request: pytest.FixtureRequest, aredis: aioredis.Redis):
     """Admit request ``n`` at ``level``; ``direct``: whether the model may go direct."""
     script = (
-        aredis.register_script(ENQUEUE_LUA)
+        aredis.register_script(lua.ENQUEUE.source)
         if request.param == "script"
-        else CoalescedScript(aredis, ENQUEUE_LUA)
+        else CoalescedScript(aredis, lua.ENQUEUE.source)
     )
 
     async def call(n: int, level: int = 2, direct: bool = True, max_queue: int = 0) -> int:

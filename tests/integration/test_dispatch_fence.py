@@ -1,11 +1,12 @@
 """The dispatch script's fence against a real Redis: a batch goes only when every request entry
 it names is still pending for this scheduler, whatever the order of the ids and whatever else
-this scheduler holds between them (``shared.fleet.fencing.DISPATCH_LUA`` reads ownership with one
+this scheduler holds between them (``shared/lua/dispatch.lua`` reads ownership with one
 XPENDING range per stream and asks about the ids that range did not list one by one)."""
 
 from __future__ import annotations
 
-from shared.fleet.fencing import DISPATCH_LUA, dispatch_args
+from shared import lua
+from shared.fleet.fencing import dispatch_args
 from shared.wire import keys
 
 ME = "scheduler-me"
@@ -24,7 +25,7 @@ async def _queued(aredis, stream: bytes, count: int) -> list[bytes]:
 
 async def _dispatch(aredis, ids_by_stream: dict[bytes, list[bytes]]) -> list:
     script_keys, args = dispatch_args(BATCH_STREAM, ME, b"the batch", ids_by_stream)
-    return await aredis.eval(DISPATCH_LUA, len(script_keys), *script_keys, *args)
+    return await aredis.eval(lua.DISPATCH.source, len(script_keys), *script_keys, *args)
 
 
 async def _pending(aredis, stream: bytes) -> dict[bytes, bytes]:

@@ -1,4 +1,4 @@
-"""The gateway's atomic admission script (shared.fleet.admission_script.ENQUEUE_LUA) on a real
+"""The gateway's atomic admission script (shared/lua/enqueue.lua) on a real
 redis-server.
 
 KEYS: the version's readiness set, the request stream, the request's admission record. ARGV: the
@@ -16,8 +16,9 @@ import pytest
 import redis.asyncio as aioredis
 import redis.exceptions
 
+from shared import lua
 from shared.fleet import readiness, streams
-from shared.fleet.admission_script import ENQUEUE_LUA, admission_call
+from shared.fleet.admission_script import admission_call
 from shared.fleet.coalesced_script import CoalescedScript
 from shared.runtime import clock
 from shared.wire import envelope, keys
@@ -61,9 +62,9 @@ def payload(n: int) -> tuple[bytes, bytes]:
 def enqueue(request: pytest.FixtureRequest, aredis: aioredis.Redis):
     """Every test runs against the plain script and the gateway's coalescing caller."""
     if request.param == "script":
-        script = aredis.register_script(ENQUEUE_LUA)
+        script = aredis.register_script(lua.ENQUEUE.source)
     else:
-        script = CoalescedScript(aredis, ENQUEUE_LUA)
+        script = CoalescedScript(aredis, lua.ENQUEUE.source)
 
     async def call(n: int = 0, max_queue: int = 0, now: int | None = None) -> int:
         header, data = payload(n)
@@ -196,7 +197,7 @@ async def test_concurrent_admission_never_exceeds_max(aredis: aioredis.Redis, en
 
 async def test_coalesced_calls_share_a_pipeline_and_survive_a_script_flush(aredis) -> None:
     await ready_worker(aredis)
-    script = CoalescedScript(aredis, ENQUEUE_LUA)
+    script = CoalescedScript(aredis, lua.ENQUEUE.source)
     await aredis.script_flush()  # the first pipeline meets NOSCRIPT and must recover
     results = await asyncio.gather(
         *(
@@ -215,7 +216,7 @@ async def test_the_calls_of_one_loop_turn_go_out_as_one_pipeline(aredis) -> None
     """Requests that reach the admission in the same turn of the loop cost one write to Redis;
     a lone one later is sent on its own without waiting for company."""
     await ready_worker(aredis)
-    script = CoalescedScript(aredis, ENQUEUE_LUA)
+    script = CoalescedScript(aredis, lua.ENQUEUE.source)
     sizes: list[int] = []
     send = script._pipeline
 
@@ -260,7 +261,7 @@ async def test_a_late_heartbeat_queues_the_request_instead_of_refusing_it(
 ) -> None:
     """A worker whose readiness expired 5 s ago (a frozen process, a starved machine) is late,
     not gone: the request waits for it and its deadline decides (before: 503 at once)."""
-    script = aredis.register_script(ENQUEUE_LUA)
+    script = aredis.register_script(lua.ENQUEUE.source)
     await ready_worker(aredis, ttl_ms=1_000)
     later = clock.now_ms() + 6_000
     call = _call(1, later, gone_ms=30_000)
@@ -271,7 +272,7 @@ async def test_a_late_heartbeat_queues_the_request_instead_of_refusing_it(
 async def test_a_worker_gone_for_longer_than_the_bound_is_refused_at_once(
     aredis: aioredis.Redis,
 ) -> None:
-    script = aredis.register_script(ENQUEUE_LUA)
+    script = aredis.register_script(lua.ENQUEUE.source)
     await ready_worker(aredis, ttl_ms=1_000)
     much_later = clock.now_ms() + 40_000
     call = _call(1, much_later, gone_ms=30_000)
@@ -280,7 +281,7 @@ async def test_a_worker_gone_for_longer_than_the_bound_is_refused_at_once(
 
 
 async def test_a_worker_that_left_cleanly_is_refused_at_once(aredis: aioredis.Redis) -> None:
-    script = aredis.register_script(ENQUEUE_LUA)
+    script = aredis.register_script(lua.ENQUEUE.source)
     await ready_worker(aredis)
     await readiness.unmark_ready(aredis, "worker-1", [(MODEL, VERSION)])
     call = _call(1, clock.now_ms(), gone_ms=30_000)
@@ -290,7 +291,7 @@ async def test_a_worker_that_left_cleanly_is_refused_at_once(aredis: aioredis.Re
 async def test_the_same_request_admitted_twice_is_queued_once(aredis: aioredis.Redis) -> None:
     """redis-py sends a pipeline again when the connection drops after it went out: the second
     admission of the same request id must not queue it again (before: two entries)."""
-    script = aredis.register_script(ENQUEUE_LUA)
+    script = aredis.register_script(lua.ENQUEUE.source)
     await ready_worker(aredis)
     call = _call(1, clock.now_ms(), gone_ms=30_000)
     assert await script(keys=call.keys, args=call.args) == 1
@@ -304,7 +305,7 @@ async def test_a_failing_call_fails_alone_and_the_connection_stays_in_step(aredi
     """One script error in a batch (here: a wrong number of arguments) is that caller's
     exception; the calls around it are answered, and so is the next batch on the connection."""
     await ready_worker(aredis)
-    script = CoalescedScript(aredis, ENQUEUE_LUA)
+    script = CoalescedScript(aredis, lua.ENQUEUE.source)
 
     def call(n: int, args: list[object] | None = None):  # type: ignore[no-untyped-def]
         return script(
@@ -327,7 +328,7 @@ async def test_a_batch_on_a_connection_redis_dropped_is_answered(aredis, redis_u
     caller of the next batch is answered (the pool reconnects; a connection that fails under
     the batch sends it again through redis-py's pipeline, whose retry reconnects)."""
     await ready_worker(aredis)
-    script = CoalescedScript(aredis, ENQUEUE_LUA)
+    script = CoalescedScript(aredis, lua.ENQUEUE.source)
 
     def call(n: int):  # type: ignore[no-untyped-def]
         return script(

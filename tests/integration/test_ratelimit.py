@@ -1,4 +1,4 @@
-"""The token bucket script (gateway.core.ratelimit.TOKEN_BUCKET_LUA) on a real redis-server.
+"""The token bucket script (shared/lua/token_bucket.lua) on a real redis-server.
 
 Time is passed explicitly (ARGV[1], microseconds) so the arithmetic is checked exactly; the
 gateways pass 0 and the script uses Redis's own clock.

@@ -3,11 +3,12 @@
 The holder asks before it runs the head steps of its sequences (what the worker's cancel
 listener heard, and one MGET only for steps it may have missed: ``workers.batches.cancel_check``),
 and again after an execution for the steps that ran (what was heard meanwhile). A cancelled step's
-sequence is released in one script (``CANCEL_LUA``): binding, committed state and queued steps
-go, its slot goes to the oldest backlogged sequence. The cancelled step, if it had not run, is
-answered CANCELLED and counted (``cancel`` in the statistics, once); the steps queued behind it
-are answered with Triton's error for a sequence that is not open (they lack START), as is every
-later request of that correlation id without START (the gateway's admission finds no binding).
+sequence is released in one script (``shared/lua/sequence_cancel.lua``): binding, committed
+state and queued steps go, its slot goes to the oldest backlogged sequence. The cancelled step,
+if it had not run, is answered CANCELLED and counted (``cancel`` in the statistics, once); the
+steps queued behind it are answered with Triton's error for a sequence that is not open (they
+lack START), as is every later request of that correlation id without START (the gateway's
+admission finds no binding).
 """
 
 from __future__ import annotations
@@ -19,34 +20,16 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import metrics
+from shared import lua, metrics
 from shared.fleet.cancel_listener import CancelledRequests
 from shared.fleet.publish import queue_replies
 from shared.wire import envelope, keys, sequence_params
 from shared.wire.envelope import InferRequest, Reply
 from shared.wire.errors import ErrorCode
 from workers.batches.cancel_check import CANCELLED_TEXT, WAITED_MS, cancelled_ids
-from workers.sequence.scripts import _HEAD, _PULL
 from workers.sequence.store import Head, SequenceStore
 
 log = logging.getLogger(__name__)
-
-# KEYS: held, stats. ARGV: P, NOW, me, idle ms, slots, counted (0/1), sequence.
-# Returns the sequence's queued entries ("<step>:<request>") as they were; {} when this
-# instance no longer holds it (nothing done).
-CANCEL_LUA = (
-    _HEAD
-    + _PULL
-    + """
-local me, idle, cap, seq = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[7]
-if redis.call('HGET', P .. 's:' .. seq, 'holder') ~= me then return {} end
-local entries = redis.call('LRANGE', P .. 'q:' .. seq, 0, -1)
-release(seq, me)
-if ARGV[6] == '1' then redis.call('HINCRBY', KEYS[2], 'cancel_count', 1) end
-pull(me, cap, idle)
-return entries
-"""
-)
 
 
 class SequenceCancels:
@@ -62,7 +45,7 @@ class SequenceCancels:
         self._store = store
         self.heard = heard if heard is not None else CancelledRequests()
         self._idle_ms, self._slots = idle_ms, slots
-        self._script = r.register_script(CANCEL_LUA)
+        self._script = r.register_script(lua.SEQUENCE_CANCEL.source)
 
     async def drop(self, chosen: list[Head | None], forget: Callable[[str], None]) -> list[Any]:
         """The execution's heads without those cancelled before they ran (their sequences

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from shared import lua
 from shared.fleet.publish import queue_replies
 from shared.runtime import redis_conn
 from shared.wire import envelope, keys
 from shared.wire.envelope import InferRequest, Reply
-from workers.sequence.scripts import ADOPT_LUA, COMMIT_LUA, RELEASE_IDLE_LUA
 
 COMMITTED, ALREADY, OUT_OF_ORDER, RELEASED, NOT_HOLDER = 1, 2, 3, 4, 0
 
@@ -66,9 +66,9 @@ class SequenceStore:
         self.prefix = keys.sequence_prefix(model, version)
         self.held_key = keys.sequence_held(model, version, instance)
         self.bell_key = keys.sequence_bell(model, version, instance)
-        self._commit = r.register_script(COMMIT_LUA)
-        self._release = r.register_script(RELEASE_IDLE_LUA)
-        self._adopt = r.register_script(ADOPT_LUA)
+        self._commit = r.register_script(lua.SEQUENCE_COMMIT.source)
+        self._release = r.register_script(lua.SEQUENCE_RELEASE_IDLE.source)
+        self._adopt = r.register_script(lua.SEQUENCE_ADOPT.source)
 
     def binding(self, sequence: str) -> str:
         return keys.sequence_binding(self.model, self.version, sequence)

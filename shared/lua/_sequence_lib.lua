@@ -1,24 +1,14 @@
-"""The Lua the sequence scripts share: who may hold a sequence, and how a binding moves.
+-- Fragment: what every sequence script shares (who may hold a sequence, how a binding moves),
+-- so that the gateway's admission and the workers' commit, adoption and cancel agree to the
+-- letter. Conventions: ARGV[1] is P, keys.sequence_prefix(model, version), and ARGV[2] NOW, the
+-- caller's clock (ms). The per-sequence and per-instance keys are built from P here (the same
+-- names as keys.sequence_binding/queue/slots/held/bell/backlog, the model's hash tag, so the
+-- script's one cluster slot): the instances come from the slots hash and the sequences from
+-- the backlog and held sets at run time, so no caller could name them in KEYS beforehand.
+-- Binding fields (P..'s:'..seq): holder (instance, '' while backlogged), admitted, committed,
+-- open ('0' once an END was admitted), last (ms), st:<input> and sh:<input> (implicit state).
+local P, NOW = ARGV[1], tonumber(ARGV[2])
 
-A sequence is bound to one execution instance ("holder", ``<worker id>#<index>``). New and
-orphaned sequences go to the live instance with the lowest share of its slots in use ("score,
-don't pin": placement is scored, and a binding moves only when its holder is gone). Every script
-that places, moves or releases a sequence starts with this library, so the gateway's admission
-and the workers' adoption and commit agree to the letter.
-
-Conventions of every script: ``P`` is ``keys.sequence_prefix(model, version)`` and ``NOW`` the
-caller's clock in ms; the per-sequence and per-instance keys are built from ``P`` inside the
-script. They carry the model's hash tag, so they live in the script's one cluster slot.
-
-Binding fields (``P..'s:'..seq``): ``holder`` (instance, or '' while backlogged), ``admitted``
-(last step admitted), ``committed`` (last step whose outcome and state are committed), ``open``
-('0' once an END was admitted), ``last`` (ms of the last admission or commit), and per implicit
-state ``st:<input>`` (bytes) and ``sh:<input>`` (shape, comma-separated).
-"""
-
-from __future__ import annotations
-
-LIBRARY = """
 local function worker_of(inst) return string.match(inst, '^(.*)#%d+$') or inst end
 
 local function live(ready, inst, since)
@@ -74,4 +64,3 @@ local function idle_now(seq, idle)
   local last = tonumber(redis.call('HGET', b, 'last') or '0')
   return redis.call('LLEN', P .. 'q:' .. seq) == 0 and NOW - last >= idle
 end
-"""
