@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> None:
     config = uvicorn.Config(
         app,
         loop="uvloop",
-        # Inference below the ASGI layer when the fast path is on (gateway.http_protocol).
-        http="gateway.http_protocol:InferHttpProtocol" if settings.infer_fast_path else "httptools",
+        # httptools' parser; inference is answered by the ASGI app (gateway.fastpath).
+        http="httptools",
         lifespan="on",
         access_log=False,
         proxy_headers=False,
