@@ -4,11 +4,12 @@ ASGI app in front of the Litestar application.
 Inference is nearly all of a gateway's traffic, and a framework's routing, middleware and
 parameter parsing cost more than the request's own work, so this app answers it from the ASGI
 scope and hands everything else (health, metadata, admin, lifespan, and ``/infer`` asking for an
-event stream) to Litestar. It uses only ASGI, so any ASGI server runs it and the HTTP/1.1
-semantics (keep-alive, pipelining, ``Expect: 100-continue``, chunked bodies, flow control) are
-the server's. An earlier hook into uvicorn's private request cycle, which answered below ASGI in
-one write, measured within the machine's noise of this path (docs/performance.md): uvloop
-already gathers the two writes of a response into one system call at the end of the loop turn.
+event stream) to Litestar. ``answer`` is the whole exchange; how its response is written is the
+server's: under the gateway's uvicorn, ``gateway.http_protocol`` calls ``answer`` itself and
+writes the response in one system call (measured worth it: see there); under any other ASGI
+server (or uvicorn's plain ``httptools``), ``__call__`` sends it as two ASGI messages. Either
+way the HTTP/1.1 semantics (keep-alive, pipelining, ``Expect: 100-continue``, chunked bodies,
+flow control) are the server's, read through ASGI's ``receive``.
 
 The headers are checked before the body is read (``rest_infer.before_body``), the body is read
 no further than the limit, and a client that disconnects while its request runs gets it

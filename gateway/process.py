@@ -40,8 +40,9 @@ def main(argv: list[str] | None = None) -> None:
     config = uvicorn.Config(
         app,
         loop="uvloop",
-        # httptools' parser; inference is answered by the ASGI app (gateway.fastpath).
-        http="httptools",
+        # Inference answered below the ASGI layer (gateway.http_protocol, measured there);
+        # "httptools" instead would answer it through ASGI (gateway.fastpath), the same way.
+        http="gateway.http_protocol:InferHttpProtocol",
         lifespan="on",
         access_log=False,
         proxy_headers=False,

@@ -1,0 +1,124 @@
+"""uvicorn's httptools protocol, with ``POST .../infer`` answered below the ASGI layer: the
+project's one hook into a library's private API, kept because it was measured to be worth it.
+
+What it buys: uvicorn writes an ASGI response in two system calls (``http.response.start``
+writes the head at once, then the body), which also wakes the client twice; here the whole
+response goes out in one write, without the ``send`` coroutines. Measured against the same code
+answering through ASGI only (``gateway.fastpath``'s ``__call__``), ``bench/alternate.sh 3``,
+both meshes on this 2-core VM at 2.0 cores busy, gateway CPU per request and p50, means of 3
+window pairs (every pair the same way): ``add_sub`` c=1 788.6 vs 1,097.4 us, p50 3.41 vs 4.89
+ms; ``mlp`` c=64 JSON 346 vs 409 us, binary 352 vs 401 us (issue 25; the lead's quiet-machine
+rerun decides).
+
+Everything but the write is the ASGI path's own: the exchange is ``FastInferApp.answer`` (the
+headers checked before the body, the body read through uvicorn's own cycle, so 100-continue,
+flow control, pipelining and keep-alive stay uvicorn's; a disconnect cancels the request
+through ASGI's ``http.disconnect`` on that cycle's ``receive``, ``gateway.disconnect``, as on
+every route). Everything else (health, metadata, admin, repository, lifespan, event streams)
+is the Litestar application.
+
+The hook is ``HttpToolsProtocol._start_asgi_task``: the one place where uvicorn starts a
+request, for the first request of a connection and for pipelined ones alike. It is private, and
+the hook also reads the request cycle's private fields, so it holds for one uvicorn release only:
+``UVICORN_VERSION``, the project's only exact pin (``pyproject.toml``; ``docker/constraints.txt``
+has it too). Importing this module with any other uvicorn, or one without the hooked method,
+fails at once with both versions named (``tests/unit/test_uvicorn_hook_pin.py`` fails the same
+way), so an upgrade is a deliberate act: read uvicorn's ``httptools_impl`` again, then change the
+constant and both pins together; or, if the hook no longer pays, delete this module and let
+``gateway.process`` ask for ``http="httptools"``: the ASGI path answers the same requests.
+``tests/e2e`` exercise this path for every inference.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import time
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from gateway.fastpath import FastInferApp, infer_route, response_headers
+from gateway.rest_infer import RestResponse
+
+log = logging.getLogger(__name__)
+
+# The uvicorn release this hook was written against (and the one pyproject.toml pins).
+UVICORN_VERSION = "0.54.0"
+HOOKED_METHOD = "_start_asgi_task"
+
+
+def check_uvicorn(installed: str, protocol: type) -> None:
+    """Refuse a uvicorn the hook was not written against, naming both versions."""
+    if installed != UVICORN_VERSION:
+        raise RuntimeError(
+            f"gateway.http_protocol overrides uvicorn's private "
+            f"HttpToolsProtocol.{HOOKED_METHOD} as uvicorn {UVICORN_VERSION} has it, but uvicorn "
+            f"{installed} is installed: install uvicorn=={UVICORN_VERSION}, or check the hook "
+            f"against uvicorn {installed} and change UVICORN_VERSION with the pins in "
+            "pyproject.toml and docker/constraints.txt"
+        )
+    if not callable(getattr(protocol, HOOKED_METHOD, None)):
+        raise RuntimeError(
+            f"uvicorn {installed} has no HttpToolsProtocol.{HOOKED_METHOD}, which "
+            "gateway.http_protocol overrides to answer inference below the ASGI layer"
+        )
+
+
+check_uvicorn(importlib.metadata.version("uvicorn"), HttpToolsProtocol)
+
+
+class InferHttpProtocol(HttpToolsProtocol):
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        scope = cycle.scope
+        route = infer_route(scope) if isinstance(self.app, FastInferApp) else None
+        if route is None:
+            super()._start_asgi_task(cycle, app)
+            return
+        received = time.perf_counter()  # the request's headers are in; the clock starts
+        task = self.loop.create_task(self._answer_infer(cycle, route, received))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    async def _answer_infer(
+        self, cycle: Any, route: tuple[str, str | None], received: float
+    ) -> None:
+        try:
+            # uvicorn's own receive: 100-continue, flow control and disconnects stay its own.
+            response, whole = await self.app.answer(
+                route, cycle.scope["headers"], cycle.receive, received
+            )
+            if response is None:
+                return
+            if not whole:  # refused before its body was read: the rest of it is not read
+                cycle.keep_alive = False
+            if cycle.flow.write_paused and not cycle.disconnected:
+                await cycle.flow.drain()
+            _write_response(cycle, response)
+        except Exception:  # the connection goes, the process's loop stays
+            log.exception("unhandled error while answering an inference request")
+            cycle.transport.close()
+        finally:
+            cycle.on_response = lambda: None
+
+
+def _write_response(cycle: Any, response: RestResponse) -> None:
+    """The whole response in one write (a plain function: no coroutine per response)."""
+    if cycle.disconnected:
+        return
+    parts = [STATUS_LINE[response.status]]
+    for name, value in [*cycle.default_headers, *response_headers(response)]:
+        parts += [name, b": ", value, b"\r\n"]
+    if not cycle.keep_alive:
+        parts.append(b"connection: close\r\n")
+    parts += [b"\r\n", response.body]
+    cycle.transport.write(b"".join(parts))
+    cycle.response_started = True
+    cycle.response_complete = True
+    cycle.message_event.set()
+    if not cycle.keep_alive:
+        cycle.transport.close()
+    cycle.on_response()
+
+
+__all__ = ["InferHttpProtocol"]
