@@ -20,8 +20,8 @@ COPY conch ./conch
 COPY gateway ./gateway
 COPY scheduler ./scheduler
 COPY workers ./workers
-ARG TORCH_VERSION=2.13.0
-RUN /opt/conch/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt "torch==${TORCH_VERSION}" \
+# torch's version comes from the constraints (PyPI's build of it is the CUDA one).
+RUN /opt/conch/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt torch \
  && /opt/conch/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt ".[torch,gpu]"
 
 FROM ${CUDA_IMAGE} AS runtime

@@ -14,9 +14,9 @@ COPY conch ./conch
 COPY gateway ./gateway
 COPY scheduler ./scheduler
 COPY workers ./workers
-ARG TORCH_VERSION=2.13.0
+# torch's version comes from the constraints; its CPU build from this index.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-RUN /opt/conch/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}" \
+RUN /opt/conch/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" --constraint /tmp/constraints.txt torch \
  && /opt/conch/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt ".[torch]"
 
 FROM ${PYTHON_IMAGE} AS runtime

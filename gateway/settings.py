@@ -58,8 +58,6 @@ class GatewaySettings(Settings, kw_only=True):
     redis_pool_size: int = 64
     # KServe v2 gRPC port (served by the service's first process); 0 serves no gRPC.
     grpc_port: int = 0
-    # Answer POST .../infer straight from ASGI rather than through Litestar's routing.
-    infer_fast_path: bool = True
     # The young generation's threshold of the garbage collector, set (with everything alive
     # at start-up frozen) once the process is ready (``shared/runtime/gc_tuning.py``); 0: Python's
     # own.

@@ -1,7 +1,9 @@
 """The Litestar application: KServe v2 REST routes over the data plane.
 
-``create_app(settings, process)`` builds one process's app; ``app_from_env`` reads the settings
-in each gateway process (``gateway.runtime.serve``) and wraps the app in the inference fast path.
+``create_app(settings, process)`` builds one process's app: the Litestar application behind
+``gateway.rest.fastpath.FastInferApp``, which answers ``POST .../infer`` itself (the one REST
+inference path); ``app_from_env`` reads the settings in each gateway process
+(``gateway.runtime.serve``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,6 @@ from gateway.extensions.shared_memory_routes import shared_memory_router
 from gateway.grpc import service as grpc_service
 from gateway.openai.routes import openai_router
 from gateway.repository.routes import repository_router
-from gateway.rest import infer as rest_infer
-from gateway.rest import sse
-from gateway.rest.disconnect import CancelOnDisconnect
 from gateway.rest.fastpath import FastInferApp
 from gateway.rest.openapi import openapi_config
 from gateway.rest.stream_routes import generate, generate_stream, infer_events
@@ -118,32 +117,14 @@ async def model_statistics(
     ["/v2/models/{model:str}/infer", "/v2/models/{model:str}/versions/{version:str}/infer"],
     status_code=200,
 )
-async def infer(request: Request, model: str, version: str | None = None) -> Response:
-    if sse.accepts_events(request.headers.get("accept")):
-        return await infer_events(request, model, version)
-    state = _state(request)
-    dataplane, limit = state.dataplane, state.settings.max_request_bytes
-    caller = await rest_infer.before_body(dataplane, model, request.headers, limit)
-    response = None
-    try:  # Litestar reads no more than request_max_body_size (413 beyond it)
-        body = await request.body()
-        async with CancelOnDisconnect(request.receive):  # the client leaving cancels it
-            response = await rest_infer.infer(
-                dataplane, model, version, request.headers, body, None, caller, limit
-            )
-    finally:
-        dataplane.in_flight.leave()
-    if response is None:  # the client disconnected: nobody reads an answer
-        return Response(content=b"", status_code=499)
-    return Response(
-        content=response.body,
-        status_code=response.status,
-        media_type=response.content_type,
-        headers=response.headers,
-    )
+async def infer_stream(request: Request, model: str, version: str | None = None) -> Response:
+    """``/infer`` asking for an event stream (``Accept: text/event-stream``): every other
+    inference is answered in front of Litestar (``gateway.rest.fastpath``), which sends only these
+    here."""
+    return await infer_events(request, model, version)
 
 
-def create_app(settings: GatewaySettings, process: GatewayProcess | None = None) -> Litestar:
+def create_app(settings: GatewaySettings, process: GatewayProcess | None = None) -> FastInferApp:
     """One process's app; ``process`` places it in a service of several (None: on its own)."""
 
     @contextlib.asynccontextmanager
@@ -166,7 +147,7 @@ def create_app(settings: GatewaySettings, process: GatewayProcess | None = None)
                 await grpc_server.stop(grace=graceful_shutdown_s(settings))
             await state.stop()
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             server_metadata_route,
             prometheus_metrics,
@@ -176,7 +157,7 @@ def create_app(settings: GatewaySettings, process: GatewayProcess | None = None)
             model_ready,
             model_config,
             model_statistics,
-            infer,
+            infer_stream,
             generate,
             generate_stream,
             admin_router(),
@@ -191,15 +172,15 @@ def create_app(settings: GatewaySettings, process: GatewayProcess | None = None)
         openapi_config=openapi_config(SERVER_VERSION),
         logging_config=None,
     )
+    return FastInferApp(app)
 
 
-def app_from_env(process: GatewayProcess | None = None) -> Litestar | FastInferApp:
+def app_from_env(process: GatewayProcess | None = None) -> FastInferApp:
     """Settings are read here, in each gateway process, not at import."""
     settings = GatewaySettings.from_env()
     logs.setup("gateway", settings.log_level, settings.log_format)
     tracing.setup("gateway")
-    app = create_app(settings, process)
-    return FastInferApp(app) if settings.infer_fast_path else app
+    return create_app(settings, process)
 
 
 __all__ = ["app_from_env", "create_app"]

@@ -1,10 +1,11 @@
-"""Cancel a request's handling when its HTTP client disconnects (ASGI routes).
+"""Cancel a request's handling when its HTTP client disconnects: the gateway's one mechanism.
 
-Once the body is read, a watcher waits on the ASGI ``receive`` for ``http.disconnect`` and
-cancels the handling task; the data plane then marks the request cancelled in Redis
-(``gateway.core.cancellation``), so that it is never started, or stopped where it runs. The uvicorn
-protocol hook (``gateway.rest.protocol``) does the same from ``connection_lost`` without a
-watcher task.
+Every HTTP route that may wait on the mesh (``/infer`` in ``gateway.rest.fastpath``, the event
+streams of ``gateway.rest.stream_routes``) reads its body first and then watches ASGI's ``receive``
+for ``http.disconnect``, which the ASGI server sends when the connection goes: a watcher task
+cancels the handling task, and the data plane then marks the request cancelled in Redis
+(``gateway.core.cancellation``), so that it is never started, or stopped where it runs. ASGI is the
+only interface used, so it holds for any ASGI server (gRPC has its own cancel).
 """
 
 from __future__ import annotations
@@ -18,25 +19,20 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 
 class CancelOnDisconnect:
-    """``async with CancelOnDisconnect(receive) as watch:``; afterwards ``watch.disconnected``
-    says whether the client left (the cancellation is then absorbed)."""
+    """``async with CancelOnDisconnect(receive) as watch:`` once the request's body is read;
+    afterwards ``watch.disconnected`` says whether the client left (the cancellation is then
+    absorbed: nothing is left to answer)."""
 
-    def __init__(self, receive: Receive, deferred: bool = False):
+    def __init__(self, receive: Receive):
         self._receive = receive
-        self._deferred = deferred  # watch from ``start()`` on (once the body is read)
         self._task: asyncio.Task[Any] | None = None
         self._watcher: asyncio.Task[None] | None = None
         self.disconnected = False
 
     async def __aenter__(self) -> CancelOnDisconnect:
         self._task = asyncio.current_task()
-        if not self._deferred:
-            await self.start()
+        self._watcher = asyncio.create_task(self._watch())
         return self
-
-    async def start(self) -> None:
-        if self._watcher is None:
-            self._watcher = asyncio.create_task(self._watch())
 
     async def _watch(self) -> None:
         while True:

@@ -1,16 +1,24 @@
-"""An ASGI fast path for ``POST /v2/models/{m}[/versions/{v}]/infer``.
+"""The one REST inference path: ``POST /v2/models/{m}[/versions/{v}]/infer`` answered by a raw
+ASGI app in front of the Litestar application.
 
 Inference is nearly all of a gateway's traffic, and a framework's routing, middleware and
-parameter parsing cost more than the request's own work. This wrapper answers inference
-directly from the ASGI scope and hands everything else (health, metadata, admin, lifespan) to
-the Litestar application, which also serves inference itself when the fast path is off.
-``gateway.rest.protocol`` goes one layer lower still and calls ``answer`` without ASGI. Both
-check the headers before reading the body, and read the body no further than the limit.
+parameter parsing cost more than the request's own work, so this app answers it from the ASGI
+scope and hands everything else (health, metadata, admin, lifespan, and ``/infer`` asking for an
+event stream) to Litestar. ``answer`` is the whole exchange; how its response is written is the
+server's: under the gateway's uvicorn, ``gateway.rest.protocol`` calls ``answer`` itself and
+writes the response in one system call (measured worth it: see there); under any other ASGI
+server (or uvicorn's plain ``httptools``), ``__call__`` sends it as two ASGI messages. Either
+way the HTTP/1.1 semantics (keep-alive, pipelining, ``Expect: 100-continue``, chunked bodies,
+flow control) are the server's, read through ASGI's ``receive``.
+
+The headers are checked before the body is read (``rest_infer.before_body``), the body is read
+no further than the limit, and a client that disconnects while its request runs gets it
+cancelled (``gateway.rest.disconnect``: the one mechanism, ASGI's ``http.disconnect``; the data
+plane then marks it cancelled in Redis). The exchange itself is ``gateway.rest.infer``.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -24,11 +32,13 @@ from gateway.rest.disconnect import CancelOnDisconnect
 from gateway.rest.request_limits import read_body
 from shared.wire.errors import ConchError
 
-log = logging.getLogger(__name__)
-
 _INFER = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
+# A refusal sent before the body was read: the rest of the body is never read, so the
+# connection cannot carry another request.
+_CLOSE = (b"connection", b"close")
 
 InferRoute = tuple[str, str | None]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 
 def infer_route(scope: dict[str, Any]) -> InferRoute | None:
@@ -46,6 +56,8 @@ def infer_route(scope: dict[str, Any]) -> InferRoute | None:
 
 
 class FastInferApp:
+    """The gateway's ASGI application: inference here, the rest in ``self.app``."""
+
     def __init__(self, app: Litestar):
         self.app = app
         # Litestar's own attributes (state, routes) stay reachable through the wrapper.
@@ -54,18 +66,30 @@ class FastInferApp:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.app, name)
 
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
+        route = infer_route(scope)
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        received = time.perf_counter()  # the request's headers are in; the clock starts
+        response, whole = await self.answer(route, scope["headers"], receive, received)
+        if response is None:
+            return  # the client left: nobody reads an answer
+        headers = response_headers(response)
+        if not whole:
+            headers.append(_CLOSE)
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": response.body})
+
     async def answer(
         self,
         route: InferRoute,
         raw_headers: Iterable[tuple[bytes, bytes]],
-        receive: Callable[[], Awaitable[dict[str, Any]]],
+        receive: Receive,
         received: float | None = None,
     ) -> tuple[rest_infer.RestResponse | None, bool]:
         """The response to one inference request, and whether its whole body was read (if not,
-        the connection must close after the response). None: the client left mid-body.
-
-        The headers are checked before the body is read (``rest_infer.before_body``), and the
-        body is read no further than the limit."""
+        the connection must close after the response). None: the client left."""
         gateway = self.app.state.gateway
         dataplane, limit = gateway.dataplane, gateway.settings.max_request_bytes
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw_headers}
@@ -81,53 +105,19 @@ class FastInferApp:
             body = await read_body(receive, limit)
             if body is None:
                 return None, False
-            response = await rest_infer.infer(
-                dataplane, route[0], route[1], headers, body, received, caller, limit
-            )
+            response = None
+            # From here on ``receive`` only tells of a disconnect: it cancels the request.
+            async with CancelOnDisconnect(receive):
+                response = await rest_infer.infer(
+                    dataplane, route[0], route[1], headers, body, received, caller, limit
+                )
             return response, True
         except ConchError as exc:  # the body crossed the limit
             return rest_infer.RestResponse(*error_parts(exc.code, exc.message)), False
         except Exception as exc:  # never let one request take the process's loop down
-            return rest_infer.RestResponse(*internal_error(exc, "inference fast path")), True
+            return rest_infer.RestResponse(*internal_error(exc, "inference")), True
         finally:
             dataplane.in_flight.leave()
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        route = infer_route(scope)
-        if route is None:
-            await self.app(scope, receive, send)
-            return
-        received = time.perf_counter()
-        watch = _WatchAfterBody(receive)
-        async with watch.cancel_on_disconnect:
-            response, _ = await self.answer(route, scope["headers"], watch.receive, received)
-        if response is None or watch.cancel_on_disconnect.disconnected:
-            return  # the client left
-        await send(
-            {
-                "type": "http.response.start",
-                "status": response.status,
-                "headers": response_headers(response),
-            }
-        )
-        await send({"type": "http.response.body", "body": response.body})
-
-
-class _WatchAfterBody:
-    """Starts watching for a disconnect once the body is read (before, ``receive`` is the
-    body's own reader's)."""
-
-    def __init__(self, receive: Any):
-        self._receive = receive
-        self.cancel_on_disconnect = CancelOnDisconnect(receive, deferred=True)
-        self._armed = False
-
-    async def receive(self) -> dict[str, Any]:
-        message = await self._receive()
-        if message["type"] == "http.request" and not message.get("more_body") and not self._armed:
-            self._armed = True
-            await self.cancel_on_disconnect.start()
-        return message
 
 
 def response_headers(response: rest_infer.RestResponse) -> list[tuple[bytes, bytes]]:

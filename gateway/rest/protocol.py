@@ -1,20 +1,31 @@
-"""uvicorn's httptools protocol, with ``POST .../infer`` answered below the ASGI layer.
+"""uvicorn's httptools protocol, with ``POST .../infer`` answered below the ASGI layer: the
+project's one hook into a library's private API, kept because it was measured to be worth it.
 
-Profiles of a gateway at c=64 showed the ASGI cycle itself as a large share of its CPU: two
-messages per response, each its own socket write (each a system call that wakes the client), and
-the coroutine plumbing of ``receive``/``send``. Inference requests here skip all of it: the body
-is read through uvicorn's own cycle (so 100-continue, flow control, pipelining and keep-alive
-stay uvicorn's), the exchange is the same ``rest_infer.infer`` that the ASGI fast path and the
-Litestar route call, and the whole response goes out in one write. Everything else (health,
-metadata, admin, repository, lifespan) is the Litestar application, unchanged.
+What it buys: uvicorn writes an ASGI response in two system calls (``http.response.start``
+writes the head at once, then the body), which also wakes the client twice; here the whole
+response goes out in one write, without the ``send`` coroutines. Measured against the same code
+answering through ASGI only (``gateway.rest.fastpath``'s ``__call__``), ``bench/alternate.sh 3``,
+both meshes on this 2-core VM at 2.0 cores busy, gateway CPU per request and p50, means of 3
+window pairs (every pair the same way): ``add_sub`` c=1 788.6 vs 1,097.4 us, p50 3.41 vs 4.89
+ms; ``mlp`` c=64 JSON 346 vs 409 us, binary 352 vs 401 us (issue 25; the lead's quiet-machine
+rerun decides).
+
+Everything but the write is the ASGI path's own: the exchange is ``FastInferApp.answer`` (the
+headers checked before the body, the body read through uvicorn's own cycle, so 100-continue,
+flow control, pipelining and keep-alive stay uvicorn's; a disconnect cancels the request
+through ASGI's ``http.disconnect`` on that cycle's ``receive``, ``gateway.rest.disconnect``, as on
+every route). Everything else (health, metadata, admin, repository, lifespan, event streams)
+is the Litestar application.
 
 The hook is ``HttpToolsProtocol._start_asgi_task``: the one place where uvicorn starts a
 request, for the first request of a connection and for pipelined ones alike. It is private, and
 the hook also reads the request cycle's private fields, so it holds for one uvicorn release only:
-``UVICORN_VERSION``, which ``pyproject.toml`` and ``docker/constraints.txt`` pin. Importing this
-module with any other uvicorn, or one without the hooked method, fails at once with both versions
-named (``tests/unit/test_uvicorn_hook_pin.py`` fails the same way), so an upgrade is a deliberate
-act: read uvicorn's ``httptools_impl`` again, then change the constant and both pins together.
+``UVICORN_VERSION``, the project's only exact pin (``pyproject.toml``; ``docker/constraints.txt``
+has it too). Importing this module with any other uvicorn, or one without the hooked method,
+fails at once with both versions named (``tests/unit/test_uvicorn_hook_pin.py`` fails the same
+way), so an upgrade is a deliberate act: read uvicorn's ``httptools_impl`` again, then change the
+constant and both pins together; or, if the hook no longer pays, delete this module and let
+``gateway.runtime.serve`` ask for ``http="httptools"``: the ASGI path answers the same requests.
 ``tests/e2e`` exercise this path for every inference.
 """
 
@@ -68,15 +79,6 @@ class InferHttpProtocol(HttpToolsProtocol):
         task = self.loop.create_task(self._answer_infer(cycle, route, received))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
-        self._infer_task = task
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        """The client left: an inference still being answered is cancelled (the data plane
-        marks it cancelled in Redis, so it never runs or stops where it runs)."""
-        task = getattr(self, "_infer_task", None)
-        if task is not None and not task.done():
-            task.cancel()
-        super().connection_lost(exc)
 
     async def _answer_infer(
         self, cycle: Any, route: tuple[str, str | None], received: float

@@ -40,8 +40,9 @@ def main(argv: list[str] | None = None) -> None:
     config = uvicorn.Config(
         app,
         loop="uvloop",
-        # Inference below the ASGI layer when the fast path is on (gateway.rest.protocol).
-        http="gateway.rest.protocol:InferHttpProtocol" if settings.infer_fast_path else "httptools",
+        # Inference answered below the ASGI layer (gateway.rest.protocol, measured there);
+        # "httptools" instead would answer it through ASGI (gateway.rest.fastpath), the same way.
+        http="gateway.rest.protocol:InferHttpProtocol",
         lifespan="on",
         access_log=False,
         proxy_headers=False,

@@ -1,8 +1,17 @@
 """One long-lived Redis connection pool per process, shared by every task in it.
 
-Commands are packed by hiredis, which replaces redis-py's ``Connection.pack_command``: not a
-public extension point, so redis-py is pinned (pyproject.toml) and importing this module fails
-with both versions named when another redis-py is installed or the method is gone.
+The pool's connections are redis-py's own classes with two public methods overridden, given
+to the pool through its public ``connection_class`` argument (no private API of redis-py, so no
+exact pin: ``tests/unit/test_redis_packing.py`` checks the packing against redis-py's own):
+
+- ``pack_command``: commands are packed into RESP by hiredis in C. redis-py 8's asyncio
+  connection packs in Python (only its synchronous one uses hiredis), which on this VM took
+  22-26 us for the gateway's admission EVALSHA against 7-9 us by hiredis, and 16-22 against
+  4-6 us for a worker's XREADGROUP (``timeit``, docs/performance.md's "What each optimisation
+  bought": worker CPU per request 270 -> 170 us with the batch statistics in one EVAL).
+- ``send_packed_command``: the write is bounded by ``asyncio.timeout`` rather than redis-py's
+  ``asyncio.wait_for``, which on Python 3.11 can swallow a cancellation (CPython gh-86296; a
+  service that cannot be cancelled cannot stop) and costs a task per command.
 
 Every call has a bound: a socket timeout above the longest blocking read (``block=`` of 1 s at
 most), a health check on connections idle for a few seconds, and TCP keepalive. A connection
@@ -14,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from importlib import metadata
 from typing import Any
 
 import hiredis
@@ -22,7 +30,6 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterPipeline
 from redis.asyncio.connection import (
-    AbstractConnection,
     Connection,
     SSLConnection,
     UnixDomainSocketConnection,
@@ -37,42 +44,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.runtime import redis_cluster
 
-# The redis-py release the hook below was checked against; pyproject.toml pins the same.
-REDIS_PY_VERSION = "8.1.0"
-
-
-class RedisPyMismatch(ImportError):
-    """The installed redis-py is not the one ``pack_command``'s replacement was written for."""
-
-
-def check_redis_py(installed: str, connection_class: type = AbstractConnection) -> None:
-    """Raise :class:`RedisPyMismatch` unless ``installed`` is the pinned release and
-    ``connection_class`` still defines the ``pack_command`` this module replaces."""
-    if installed != REDIS_PY_VERSION:
-        raise RedisPyMismatch(
-            f"shared.runtime.redis_conn replaces Connection.pack_command of redis-py "
-            f"{REDIS_PY_VERSION}, "
-            f"but redis-py {installed} is installed: install redis=={REDIS_PY_VERSION} (as "
-            "pyproject.toml pins it), or check the hook against this release and move both pins"
-        )
-    for method in ("pack_command", "send_packed_command", "_send_packed_command"):
-        if not callable(vars(connection_class).get(method)):
-            raise RedisPyMismatch(
-                f"redis-py {installed} has no {connection_class.__name__}.{method}, a method "
-                "shared.runtime.redis_conn replaces or calls; the hook needs rewriting for this "
-                "release"
-            )
-
-
-check_redis_py(metadata.version("redis"))
-
 
 class _HiredisPacking:
-    """Commands are packed into RESP by hiredis in C rather than by redis-py in Python.
+    """Commands packed by hiredis, writes bounded by ``asyncio.timeout``: see the module."""
 
-    Packing is a large share of a service's per-command cost (stream entries, pipelines of
-    replies); hiredis is already the response parser.
-    """
+    socket_timeout: float | None
 
     def pack_command(self, *args):  # type: ignore[no-untyped-def]
         if isinstance(args[0], str):
@@ -87,37 +63,32 @@ class _HiredisPacking:
     async def send_packed_command(  # type: ignore[no-untyped-def]
         self, command: bytes | str | Iterable[bytes], check_health: bool = True
     ) -> None:
-        """redis-py's, with the write bounded by ``asyncio.timeout`` rather than
-        ``asyncio.wait_for``: on Python 3.11 a cancellation landing inside ``wait_for`` can be
-        swallowed (CPython gh-86296), and a service that cannot be cancelled cannot stop."""
-        if not self.is_connected:
-            await self.connect_check_health(check_health=False)
+        """redis-py's own, connected and health-checked as redis-py does it, then the write
+        with the connection's socket timeout lifted (so that redis-py writes without
+        ``asyncio.wait_for``) and applied around it instead. A connection has one user at a
+        time; a pub/sub read beside a write passes its own timeout, so nothing reads the
+        lifted value."""
+        if not self.is_connected:  # type: ignore[attr-defined]
+            await self.connect_check_health(check_health=False)  # type: ignore[attr-defined]
         if check_health:
-            await self.check_health()
-        if isinstance(command, str):
-            command = command.encode()
-        if isinstance(command, bytes):
-            command = [command]
+            await self.check_health()  # type: ignore[attr-defined]
+        bound, self.socket_timeout = self.socket_timeout, None
         try:
-            async with asyncio.timeout(self.socket_timeout):
-                await self._send_packed_command(command)
+            async with asyncio.timeout(bound):
+                await super().send_packed_command(command, False)  # type: ignore[misc]
         except TimeoutError:
-            await self.disconnect(nowait=True)
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
             raise RedisTimeoutError("Timeout writing to socket") from None
-        except OSError as exc:
-            await self.disconnect(nowait=True)
-            raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
         except RuntimeError as exc:
             # uvloop's "unable to perform operation on <TCPTransport closed=True>": the server
             # closed the connection (a failover, a restart) under a write. A connection error,
             # so the callers' retry and 503 paths take it, not an internal error.
-            await self.disconnect(nowait=True)
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
             if "closed" not in str(exc):
                 raise
             raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
-        except BaseException:
-            await self.disconnect(nowait=True)
-            raise
+        finally:
+            self.socket_timeout = bound
 
 
 class HiredisPackedConnection(_HiredisPacking, Connection):

@@ -1,12 +1,15 @@
 """HTTP/1.1 on the wire for inference: what real clients and proxies send, over raw sockets.
 
-Inference is answered below the ASGI layer (``gateway.rest.protocol``), so the connection
-semantics that uvicorn gives every other route must hold there too: keep-alive, pipelining,
-``Expect: 100-continue``, chunked request bodies, ``Connection: close`` and HTTP/1.0.
+Inference is answered by the gateway's ASGI app in front of Litestar (``gateway.rest.fastpath``, the
+one REST inference path), so the connection semantics must hold there as on every other route:
+keep-alive, pipelining, ``Expect: 100-continue``, chunked request bodies, ``Connection: close``,
+HTTP/1.0, and a refusal before the body closes the connection. A client that disconnects has its
+request cancelled: ``tests/e2e/test_streaming.py`` (queued and running requests).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 
@@ -139,6 +142,23 @@ def test_the_answer_comes_before_the_close(wire: Wire, request_bytes: bytes) -> 
     assert _output0(body) == [i + 1 for i in range(16)]
     assert headers["connection"] == "close"
     assert wire.closed_by_server()
+
+
+def test_a_body_refused_from_its_headers_is_never_read_and_the_connection_closes(
+    wire: Wire,
+) -> None:
+    """413 from the announced length alone: the body is not read, so the connection cannot
+    carry another request and the server closes it after the answer."""
+    wire.send(
+        b"POST " + PATH + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 1000000000\r\n\r\n" + BODY
+    )
+    status, headers, body = wire.response()
+    assert status == 413, body
+    assert "error" in json.loads(body)
+    assert headers["connection"] == "close"
+    with contextlib.suppress(ConnectionResetError):  # closed with bytes of ours unread
+        assert wire.sock.recv(1) == b""
 
 
 def test_errors_keep_the_connection_usable(wire: Wire) -> None:

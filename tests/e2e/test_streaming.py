@@ -38,11 +38,9 @@ MODELS = ["square_int32", "repeat_int32", "chaos_recorder", "bls_repeat"]
 
 
 class StreamMesh:
-    def __init__(self, mesh: Mesh, grpc_url: str, record: Path, litestar_port: int):
+    def __init__(self, mesh: Mesh, grpc_url: str, record: Path):
         self.mesh, self.grpc_url, self.record = mesh, grpc_url, record
         self.http = f"http://{mesh.url}"
-        # A second gateway with the inference fast path off: /infer through the Litestar route.
-        self.litestar_port = litestar_port
         self.scheduler_port = 0  # the scheduler's health and metrics
 
 
@@ -75,26 +73,8 @@ def stream_mesh(
             **bounds,
         )
         mesh.start_gateway(CONCH_GATEWAY_GRPC_PORT=str(port), **bounds)
-        litestar_port = free_port()
-        mesh._spawn(
-            "gateway-litestar",
-            [sys.executable, "-m", "gateway"],
-            {
-                "CONCH_GATEWAY_HOST": "127.0.0.1",
-                "CONCH_GATEWAY_HTTP_PORT": str(litestar_port),
-                "CONCH_GATEWAY_PROCESSES": "1",
-                "CONCH_GATEWAY_INFER_FAST_PATH": "false",
-            },
-        )
         mesh.wait_ready(MODELS, timeout_s=120)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                ready = httpx.get(f"http://127.0.0.1:{litestar_port}/v2/health/ready", timeout=1)
-                if ready.status_code == 200:
-                    break
-            time.sleep(0.2)
-        streaming = StreamMesh(mesh, f"127.0.0.1:{port}", record, litestar_port)
+        streaming = StreamMesh(mesh, f"127.0.0.1:{port}", record)
         streaming.scheduler_port = scheduler_port
         yield streaming
     finally:
@@ -439,13 +419,12 @@ def test_an_ordinary_python_model_sees_is_cancelled_while_it_runs(
         hold.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize(("route", "base_id"), [("fast path", 9000), ("litestar", 9100)])
-def test_cancel_while_queued_never_runs(stream_mesh: StreamMesh, route: str, base_id: int) -> None:
+def test_cancel_while_queued_never_runs(stream_mesh: StreamMesh) -> None:
     """Both instances of chaos_recorder are held busy; a third request waits in the queue and
-    its client disconnects: it is never executed (the model's record) and counted. Through the
-    uvicorn protocol hook (the fast path) and through the Litestar route alike."""
+    its client disconnects: it is never executed (the model's record) and counted."""
+    base_id = 9000
     record = stream_mesh.record
-    port = stream_mesh.mesh.http_port if route == "fast path" else stream_mesh.litestar_port
+    port = stream_mesh.mesh.http_port
     url = f"{stream_mesh.http}/v2/models/chaos_recorder/infer"
     before = _stats(stream_mesh, "chaos_recorder")["cancel"]["count"]
     for stale in record.glob("holding-worker-*"):  # left by an earlier hold

@@ -7,6 +7,7 @@ data plane raise, as a bug would."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from typing import Any
@@ -18,7 +19,6 @@ from litestar.testing import create_test_client
 
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.rest.app import create_app
-from gateway.rest.fastpath import FastInferApp
 from gateway.runtime.state import GatewayState
 from gateway.settings import GatewaySettings, graceful_shutdown_s
 from shared.fleet import model_registry
@@ -60,19 +60,22 @@ async def test_a_bug_on_the_fast_path_answers_500_with_the_request_id_only(
     """Before: 'internal error: RuntimeError: <the exception's text>' went to the caller."""
     await model_registry.publish_model(aredis, CONFIG)
     settings = GatewaySettings(redis_url=redis_url)
-    app = create_app(settings)
+    app = create_app(settings)  # the inference path in front of Litestar
     state = GatewayState(settings)  # what the application's lifespan builds
     app.state.gateway = state
     await state.start()
     try:
         state.dataplane.infer = _broken  # type: ignore[method-assign]
-        fast = FastInferApp(app)
+        messages = [{"type": "http.request", "body": BODY, "more_body": False}]
 
         async def receive() -> dict[str, Any]:
-            return {"type": "http.request", "body": BODY, "more_body": False}
+            if messages:
+                return messages.pop()
+            await asyncio.Event().wait()  # as a server's: nothing more until a disconnect
+            raise AssertionError("unreachable")
 
         with caplog.at_level(logging.ERROR):
-            response, whole = await fast.answer(("buggy", None), [], receive)
+            response, whole = await app.answer(("buggy", None), [], receive)
         assert response is not None and whole
         _check(response.status, response.body.decode(), caplog)
         assert response.headers["X-Request-ID"] in response.body.decode()

@@ -48,3 +48,23 @@ async def test_unix_socket_and_tcp_reach_the_same_server(redis_server: PrivateRe
         await over_socket.delete("conch:test:redis-conn", "conch:test:redis-conn-n")
         for client in (over_socket, blocking, over_tcp):
             await client.aclose()
+
+
+async def test_a_write_is_bounded_around_redis_pys_own_and_keeps_the_timeout(
+    redis_server: PrivateRedis,
+) -> None:
+    """The socket timeout is lifted only while redis-py writes (so that it writes without
+    ``asyncio.wait_for``): reads after it are bounded by it again."""
+    client = redis_conn.connect(redis_server.url)
+    try:
+        conn = await client.connection_pool.get_connection()
+        try:
+            await conn.send_packed_command(conn.pack_command("PING"))
+            assert conn.socket_timeout == redis_conn.SOCKET_TIMEOUT_S
+            assert await conn.read_response() in (b"PONG", "PONG")
+        finally:
+            await client.connection_pool.release(conn)
+        assert await client.set("conch:test:redis-conn-bound", b"x")
+        assert await client.getdel("conch:test:redis-conn-bound") == b"x"
+    finally:
+        await client.aclose()
