@@ -28,11 +28,12 @@ import numpy as np
 import redis.asyncio as aioredis
 
 from shared import envelope, metrics, streams, tensors
+from shared.cancel_marks import CANCELLED_TEXT
 from shared.envelope import InferRequest, Reply
 from shared.errors import ConchError, ErrorCode
 from shared.publish import queue_replies
 from workers.backend import Execution, ModelInstance, ModelRequest
-from workers.cancel_check import CANCELLED_TEXT, POLL_S, cancelled_ids
+from workers.cancel_check import POLL_S, cancelled_ids
 from workers.loader import LoadedVersion
 from workers.stream_sink import LoopSink, ack_streamed, numbered, output_datatype
 
