@@ -52,10 +52,10 @@ def _measure(
     if ensembles.wanted(cell):
         started = cpu.snapshot() if cpu else None
         wall = time.monotonic()
-        row = ensembles.run(url, label, cell, args.duration, args.warmup)
+        ensemble_row = ensembles.run(url, label, cell, args.duration, args.warmup)
         if cpu and started is not None:
-            row["cpu_cores"] = cpu.cores_since(started, time.monotonic() - wall)
-        return row
+            ensemble_row["cpu_cores"] = cpu.cores_since(started, time.monotonic() - wall)
+        return ensemble_row
     cell_env = {
         **env,
         "SERVER": label,

@@ -27,7 +27,7 @@ def parse_cells(spec: str) -> list[Cell]:
     cells = []
     for item in filter(None, (part.strip() for part in spec.split(","))):
         parts = item.split(":")
-        kinds = ([], ["binary"], ["sequence"])
+        kinds: tuple[list[str], ...] = ([], ["binary"], ["sequence"])
         chain = parts[2][5:] if len(parts) == 3 and parts[2].startswith("chain") else ""
         if (
             len(parts) not in (2, 3)

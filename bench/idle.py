@@ -82,7 +82,7 @@ def measure(processes: list[psutil.Process], label: object, seconds: float) -> I
             continue
         cpu = (after[process.pid][0] - before[process.pid][0]) / wall
         wakes = (after[process.pid][1] - before[process.pid][1]) / wall
-        name = str(label(process))  # type: ignore[operator]
+        name = str(label(process))  # type: ignore[operator]  # label: object, a callable
         old = by_label.get(name, (0.0, 0.0))
         by_label[name] = (old[0] + cpu, old[1] + wakes)
     return IdleCost(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +17,7 @@ DIMS = (256, 8192, 2048, 16)
 NAMES = ("membound", "membound_nobatch")
 
 
-def _graph():  # type: ignore[no-untyped-def]
+def _graph() -> tuple[Any, Any]:  # (the onnx module, imported here: optional; its model)
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -46,7 +47,8 @@ def _graph():  # type: ignore[no-untyped-def]
 
 
 def write(repo: Path) -> None:
-    onnx, model = None, None
+    onnx: Any = None
+    model: Any = None
     for name in NAMES:
         target = repo / name / "1" / "model.onnx"
         if target.exists():

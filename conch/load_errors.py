@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import redis
 
@@ -17,7 +18,7 @@ class LoadErrors:
     def __init__(self, redis_url: str, since_ms: int):
         self._since_ms = since_ms - 1000  # clock skew between processes of one machine
         self._client: redis.Redis = (
-            redis_cluster.sync_client(redis_url, socket_timeout=2, name="conch-up")  # type: ignore[assignment]
+            redis_cluster.sync_client(redis_url, socket_timeout=2, name="conch-up")  # type: ignore[assignment]  # same commands
             if redis_cluster.is_cluster(redis_url)
             else redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
         )
@@ -28,7 +29,7 @@ class LoadErrors:
         except redis.RedisError:
             return {}
         found: dict[str, str] = {}
-        for name, payload in raw.items():
+        for name, payload in cast(dict[bytes, bytes], raw).items():  # decode_responses=False
             error = json.loads(payload)
             if int(error.get("ms", 0)) >= self._since_ms:
                 found[name.decode()] = str(error.get("message", ""))

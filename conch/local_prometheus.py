@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
 RULES_DIR = DEPLOY / "rules"
@@ -34,7 +35,7 @@ def config(
     scrape_interval: str = "5s",
     rules_dir: Path = RULES_DIR,
     self_target: str | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The scrape configuration: job name -> ``host:port`` targets, every one on /metrics."""
     jobs = [
         {"job_name": job, "static_configs": [{"targets": list(addresses)}]}

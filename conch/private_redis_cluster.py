@@ -10,10 +10,12 @@ commands (``CLUSTER ADDSLOTSRANGE``, ``MEET``, ``REPLICATE``) rather than ``redi
 
 from __future__ import annotations
 
+import functools
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,7 +99,7 @@ class PrivateRedisCluster:
             master = primaries[i % self.masters]
             self._wait(
                 deadline,
-                lambda n=node, m=master: self._replicate(n, m),
+                functools.partial(self._replicate, node, master),
                 f"node {node.port} could not become a replica",
             )
         self._wait(deadline, self._healthy, "the cluster did not reach cluster_state:ok")
@@ -160,10 +162,10 @@ class PrivateRedisCluster:
         self.stop()
         raise ConchError(ErrorCode.UNAVAILABLE, f"cluster node {node.port} did not answer")
 
-    def _wait(self, deadline: float, check: object, what: str) -> None:
+    def _wait(self, deadline: float, check: Callable[[], object], what: str) -> None:
         while time.monotonic() < deadline:
             try:
-                if check():  # type: ignore[operator]
+                if check():
                     return
             except redis.RedisError:
                 pass

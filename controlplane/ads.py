@@ -15,6 +15,7 @@ import itertools
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
@@ -53,10 +54,12 @@ class _Stream:
     stream_id: int
     node: str = "?"
     types: dict[str, _TypeState] = field(default_factory=dict)
-    nonces: itertools.count = field(default_factory=lambda: itertools.count(1))
+    nonces: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
 
-class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
+class AggregatedDiscoveryService(
+    ads_pb2_grpc.AggregatedDiscoveryServiceServicer,  # type: ignore[misc]  # xds-protos: no stubs
+):
     def __init__(self, store: SnapshotStore, metrics: Metrics):
         self.store = store
         self.metrics = metrics
@@ -64,7 +67,7 @@ class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer
     async def StreamAggregatedResources(
         self,
         request_iterator: AsyncIterator[discovery_pb2.DiscoveryRequest],
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[discovery_pb2.DiscoveryResponse]:
         stream = _Stream(next(_stream_ids))
         requests: asyncio.Queue[discovery_pb2.DiscoveryRequest | None] = asyncio.Queue()

@@ -21,6 +21,7 @@ import logging
 import socket
 import time
 from dataclasses import dataclass
+from typing import cast
 
 import redis.asyncio as aioredis
 
@@ -57,7 +58,7 @@ async def live_gateways(
     now = int(time.time() * 1000) if now_ms is None else now_ms
     memory: dict[str, Registration] = {} if remembered is None else remembered
     ids = [
-        _text(m)
+        _text(cast(bytes, m))  # members, no scores: bytes (decode_responses=False)
         for m in await r.zrangebyscore(keys.service_registry("gateway"), now - grace_ms, "+inf")
     ]
     for gone in set(memory) - set(ids):

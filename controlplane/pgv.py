@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.any_pb2 import Any as AnyMessage
-from google.protobuf.descriptor import Descriptor, FieldDescriptor, OneofDescriptor
+from google.protobuf.descriptor import FieldDescriptor, OneofDescriptor
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 from validate import validate_pb2
@@ -47,9 +47,9 @@ def validate(message: Message) -> list[str]:
 
 
 def _message(msg: Message, path: str) -> Iterator[str]:
-    desc: Descriptor = msg.DESCRIPTOR
+    desc = msg.DESCRIPTOR
     if desc.full_name == "google.protobuf.Any":
-        yield from _any_payload(msg, path)  # type: ignore[arg-type]
+        yield from _any_payload(msg, path)  # type: ignore[arg-type]  # full_name: an Any
         return
     for oneof in desc.oneofs:
         if _oneof_required(oneof) and msg.WhichOneof(oneof.name) is None:
@@ -68,7 +68,9 @@ def _rules(field: FieldDescriptor) -> validate_pb2.FieldRules | None:
 
 def _oneof_required(oneof: OneofDescriptor) -> bool:
     options = oneof.GetOptions()
-    return options.HasExtension(validate_pb2.required) and options.Extensions[validate_pb2.required]
+    return bool(
+        options.HasExtension(validate_pb2.required) and options.Extensions[validate_pb2.required]
+    )
 
 
 def _field(
@@ -102,7 +104,7 @@ def _is_repeated(field: FieldDescriptor) -> bool:
     flag = getattr(field, "is_repeated", None)
     if isinstance(flag, bool):
         return flag
-    return field.label == FieldDescriptor.LABEL_REPEATED
+    return bool(field.label == FieldDescriptor.LABEL_REPEATED)
 
 
 def _single_message(
@@ -123,12 +125,12 @@ def _single_message(
         return
     full_name = field.message_type.full_name
     if full_name in _WRAPPERS and rules is not None and kind not in (None, "message"):
-        yield from _scalar(value.value, rules, path)  # type: ignore[attr-defined]
+        yield from _scalar(value.value, rules, path)  # type: ignore[attr-defined]  # a wrapper
         return
     if kind == "duration" and rules is not None:
-        yield from _duration(value, rules.duration, path)  # type: ignore[arg-type]
+        yield from _duration(value, rules.duration, path)  # type: ignore[arg-type]  # a Duration
     if kind == "any" and rules is not None:
-        yield from _any_rules(value, rules.any, path)  # type: ignore[arg-type]
+        yield from _any_rules(value, rules.any, path)  # type: ignore[arg-type]  # an Any message
     if rules is not None and rules.message.skip:
         return
     yield from _message(value, path)
@@ -195,7 +197,7 @@ def _scalar(value: Any, rules: validate_pb2.FieldRules, path: str) -> Iterator[s
 def _number(value: float, rule: Any, path: str) -> Iterator[str]:
     if getattr(rule, "ignore_empty", False) and value == 0:
         return
-    checks = (
+    checks: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         ("const", lambda bound: value == bound, "equal"),
         ("lt", lambda bound: value < bound, "be <"),
         ("lte", lambda bound: value <= bound, "be <="),
@@ -248,7 +250,7 @@ def _string(value: str, rule: validate_pb2.StringRules, path: str) -> Iterator[s
 
 def _duration(value: Duration, rule: validate_pb2.DurationRules, path: str) -> Iterator[str]:
     nanos = value.seconds * 1_000_000_000 + value.nanos
-    checks = (
+    checks: tuple[tuple[str, Callable[[int], bool], str], ...] = (
         ("lt", lambda b: nanos < b, "<"),
         ("lte", lambda b: nanos <= b, "<="),
         ("gt", lambda b: nanos > b, ">"),

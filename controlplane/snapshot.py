@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.listener.v3 import listener_pb2
@@ -21,6 +22,7 @@ from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from google.protobuf.message import Message
 
 from controlplane import pgv
 from controlplane.resources import CLUSTER, ENDPOINT, LISTENER, PUSH_ORDER, ROUTE, Resources
@@ -51,9 +53,11 @@ def validate(resources: Resources) -> None:
     for type_url in PUSH_ORDER:
         for name, msg in resources.get(type_url, {}).items():
             problems += [f"{type_url.rpartition('.')[2]} {name!r}: {p}" for p in pgv.validate(msg)]
-    clusters = resources.get(CLUSTER, {})
-    routes = resources.get(ROUTE, {})
-    for name, cla in resources.get(ENDPOINT, {}).items():
+    # The envoy message classes have no stubs (Any): read each kind through Any, not Message.
+    by_kind: Mapping[str, Mapping[str, Any]] = resources
+    clusters = by_kind.get(CLUSTER, {})
+    routes = by_kind.get(ROUTE, {})
+    for name, cla in by_kind.get(ENDPOINT, {}).items():
         if cla.cluster_name != name:
             problems.append(f"endpoints {name!r} are named {cla.cluster_name!r}")
         for locality in cla.endpoints:
@@ -74,7 +78,7 @@ def validate(resources: Resources) -> None:
                 if route.HasField("route") and target and target not in clusters:
                     problems.append(f"route {name!r} points at unknown cluster {target!r}")
     ports: set[int] = set()
-    for name, lis in resources.get(LISTENER, {}).items():
+    for name, lis in by_kind.get(LISTENER, {}).items():
         port = lis.address.socket_address.port_value
         if port in ports:
             problems.append(f"listener {name!r} reuses port {port}")
@@ -110,7 +114,7 @@ def referenced_clusters(resources: Resources) -> set[str]:
 
 @dataclass
 class _Retired:
-    resources: dict[str, object]  # type_url -> message (the cluster and its endpoints)
+    resources: dict[str, Message]  # type_url -> message (the cluster and its endpoints)
     listener_version: int
     route_version: int
     since: float = field(default_factory=time.monotonic)
@@ -179,7 +183,7 @@ class SnapshotStore:
         for name, msg in old.resources[CLUSTER].items():
             if name in wanted or name in retired or name not in previous:
                 continue
-            kept: dict[str, object] = {CLUSTER: msg}
+            kept: dict[str, Message] = {CLUSTER: msg}
             if name in old.resources[ENDPOINT]:
                 kept[ENDPOINT] = old.resources[ENDPOINT][name]
             retired[name] = _Retired(kept, -1, -1)
@@ -190,7 +194,7 @@ class SnapshotStore:
         merged: Resources = {t: dict(desired.get(t, {})) for t in PUSH_ORDER}
         for name, entry in retired.items():
             for type_url, msg in entry.resources.items():
-                merged[type_url][name] = msg  # type: ignore[assignment]
+                merged[type_url][name] = msg
         return merged
 
     def release_retired(self) -> Snapshot | None:

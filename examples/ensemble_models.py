@@ -13,6 +13,7 @@ writes them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,7 +161,7 @@ def build_add_sub_chain(steps: int = 3, name: str = "add_sub_chain") -> Ensemble
     return _ensemble(name, tensors, outputs_text, chain)
 
 
-BUILDERS = {
+BUILDERS: dict[str, Callable[[], OnnxExample | EnsembleExample]] = {
     "ens_preprocess": build_preprocess,
     "ens_summary": build_summary,
     "mlp_ensemble": build_mlp_ensemble,

@@ -4,6 +4,7 @@ and to gRPC status codes: one place for each protocol."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import grpc
 import msgspec
@@ -64,16 +65,18 @@ def error_parts(
     return HTTP_STATUS.get(code, 500), _json.encode({"error": message}), "application/json", headers
 
 
-def error_response(code: ErrorCode, message: str, retry_after_s: float | None = None) -> Response:
+def error_response(
+    code: ErrorCode, message: str, retry_after_s: float | None = None
+) -> Response[Any]:
     status, body, media_type, headers = error_parts(code, message, retry_after_s)
     return Response(content=body, status_code=status, media_type=media_type, headers=headers)
 
 
-def conch_error_handler(_: Request, exc: ConchError) -> Response:
+def conch_error_handler(_: Request[Any, Any, Any], exc: ConchError) -> Response[Any]:
     return error_response(exc.code, exc.message, exc.retry_after_s)
 
 
-def http_error_handler(_: Request, exc: HTTPException) -> Response:
+def http_error_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     return Response(
         content=_json.encode({"error": exc.detail}),
         status_code=exc.status_code,
@@ -95,7 +98,7 @@ def redis_unavailable(exc: Exception, where: str) -> tuple[int, bytes, str, dict
     )
 
 
-def redis_error_handler(request: Request, exc: Exception) -> Response:
+def redis_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     status, body, media_type, headers = redis_unavailable(exc, request.url.path)
     return Response(content=body, status_code=status, media_type=media_type, headers=headers)
 
@@ -113,7 +116,7 @@ def internal_error(exc: BaseException, where: str) -> tuple[int, bytes, str, dic
     return status, body, media_type, {**headers, "X-Request-ID": request_id}
 
 
-def unexpected_error_handler(request: Request, exc: Exception) -> Response:
+def unexpected_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     status, body, media_type, headers = internal_error(exc, request.url.path)
     return Response(content=body, status_code=status, media_type=media_type, headers=headers)
 

@@ -246,7 +246,7 @@ class SchedulerService:
         client: aioredis.Redis = redis_conn.dedicated(
             self.settings.redis_url, name="conch-scheduler-done"
         )
-        by_channel: dict[bytes, VersionQueue] = {}
+        by_channel: dict[bytes, VersionQueue | EnsembleRunner] = {}
         try:
             while True:
                 try:

@@ -35,4 +35,5 @@ def load_backend(name: str) -> Backend:
             f"backend '{name}' cannot start: {exc} (install the matching extra, e.g. "
             f"pip install 'conch[{name}]')",
         ) from exc
-    return getattr(module, class_name)()
+    backend: Backend = getattr(module, class_name)()
+    return backend

@@ -55,7 +55,8 @@ def load_nvml() -> ModuleType | None:
     try:
         pynvml.nvmlInit()
         if pynvml.nvmlDeviceGetCount() > 0:
-            return pynvml
+            nvml: ModuleType = pynvml  # pynvml has no stubs (Any)
+            return nvml
         pynvml.nvmlShutdown()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         log.debug("NVML unavailable: %s", exc)

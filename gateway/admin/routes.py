@@ -7,7 +7,7 @@ The handlers are thin: the bodies are ``gateway.admin.bodies``, the work is
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from litestar import Request, Response, Router, delete, get, put
 from litestar.exceptions import ValidationException
@@ -29,7 +29,7 @@ from gateway.routing.traffic_table import Shadow
 from shared.wire.errors import ErrorCode
 
 
-def validation_error_handler(_: Request, exc: ValidationException) -> Response:
+def validation_error_handler(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
     """Litestar's body validation as one message naming the field."""
     problems = []
     for item in exc.extra if isinstance(exc.extra, list) else []:
@@ -41,18 +41,19 @@ def validation_error_handler(_: Request, exc: ValidationException) -> Response:
     return error_response(ErrorCode.INVALID_ARG, f"invalid request body: {detail}")
 
 
-def _store(request: Request) -> AdminStore:
-    return request.app.state.gateway.admin
+def _store(request: Request[Any, Any, Any]) -> AdminStore:
+    store: AdminStore = request.app.state.gateway.admin  # app.state is untyped (Any)
+    return store
 
 
 @get("/models/{model:str}/weights", summary="Version weights of a model")
-async def get_weights(request: Request, model: str) -> WeightsView:
+async def get_weights(request: Request[Any, Any, Any], model: str) -> WeightsView:
     return await _store(request).get_weights(model)
 
 
 @put("/models/{model:str}/weights", summary="Set version weights (every gateway within 1 s)")
 async def put_weights(
-    request: Request, model: str, data: Annotated[WeightsBody, Body()]
+    request: Request[Any, Any, Any], model: str, data: Annotated[WeightsBody, Body()]
 ) -> WeightsView:
     return await _store(request).put_weights(model, data)
 
@@ -62,44 +63,46 @@ async def put_weights(
     status_code=200,
     summary="Clear weights (requests go to the newest version)",
 )
-async def delete_weights(request: Request, model: str) -> WeightsView:
+async def delete_weights(request: Request[Any, Any, Any], model: str) -> WeightsView:
     return await _store(request).delete_weights(model)
 
 
 @get("/models/{model:str}/shadow", summary="Shadow traffic setting and counters")
-async def get_shadow(request: Request, model: str) -> ShadowView:
+async def get_shadow(request: Request[Any, Any, Any], model: str) -> ShadowView:
     return await _store(request).get_shadow(model)
 
 
 @put("/models/{model:str}/shadow", summary="Send a percentage of requests to a candidate too")
-async def put_shadow(request: Request, model: str, data: Annotated[Shadow, Body()]) -> ShadowView:
+async def put_shadow(
+    request: Request[Any, Any, Any], model: str, data: Annotated[Shadow, Body()]
+) -> ShadowView:
     return await _store(request).put_shadow(model, data)
 
 
 @delete("/models/{model:str}/shadow", status_code=200, summary="Stop shadow traffic")
-async def delete_shadow(request: Request, model: str) -> Deleted:
+async def delete_shadow(request: Request[Any, Any, Any], model: str) -> Deleted:
     return await _store(request).delete_shadow(model)
 
 
 @get("/tenants", summary="Tenant names")
-async def list_tenants(request: Request) -> TenantList:
+async def list_tenants(request: Request[Any, Any, Any]) -> TenantList:
     return await _store(request).list_tenants()
 
 
 @get("/tenants/{tenant:str}", summary="A tenant (key ids, limits, priority, models)")
-async def get_tenant(request: Request, tenant: str) -> TenantView:
+async def get_tenant(request: Request[Any, Any, Any], tenant: str) -> TenantView:
     return await _store(request).get_tenant(tenant)
 
 
 @put("/tenants/{tenant:str}", summary="Create or replace a tenant")
 async def put_tenant(
-    request: Request, tenant: str, data: Annotated[TenantBody, Body()]
+    request: Request[Any, Any, Any], tenant: str, data: Annotated[TenantBody, Body()]
 ) -> TenantView:
     return await _store(request).put_tenant(tenant, data)
 
 
 @delete("/tenants/{tenant:str}", status_code=200, summary="Delete a tenant and revoke its keys")
-async def delete_tenant(request: Request, tenant: str) -> Deleted:
+async def delete_tenant(request: Request[Any, Any, Any], tenant: str) -> Deleted:
     return await _store(request).delete_tenant(tenant)
 
 

@@ -20,7 +20,7 @@ _CASE_SENSITIVE = "(?-i)"
 def compile_pattern(pattern: str) -> re.Pattern[str] | None:
     if not pattern:
         return None
-    flags = re.IGNORECASE
+    flags: re.RegexFlag | int = re.IGNORECASE
     if pattern.startswith(_CASE_SENSITIVE):
         pattern, flags = pattern[len(_CASE_SENSITIVE) :], 0
     try:

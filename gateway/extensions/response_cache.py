@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import redis.asyncio as aioredis
@@ -171,7 +171,7 @@ class ResponseCache:
         if raw is None:
             return None
         try:
-            return _decode_outputs(raw)
+            return _decode_outputs(cast(bytes, raw))  # decode_responses=False: bytes
         except msgspec.DecodeError:
             return None
 
@@ -256,7 +256,7 @@ class ResponseCache:
             await self._client.aclose()
 
 
-def _text(value: str | bytes) -> str:
+def _text(value: str | bytes | None) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 

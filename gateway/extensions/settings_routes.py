@@ -53,8 +53,9 @@ class LogSettingBody(msgspec.Struct, forbid_unknown_fields=True):
     log_format: str | _Unset | None = UNSET
 
 
-def _state(request: Request) -> GatewayState:
-    return request.app.state.gateway
+def _state(request: Request[Any, Any, Any]) -> GatewayState:
+    state: GatewayState = request.app.state.gateway  # app.state is untyped (Any)
+    return state
 
 
 def _given(body: msgspec.Struct | None) -> dict[str, Any]:
@@ -67,14 +68,16 @@ def _given(body: msgspec.Struct | None) -> dict[str, Any]:
     }
 
 
-def _model(request: Request, model: str | None) -> str | None:
+def _model(request: Request[Any, Any, Any], model: str | None) -> str | None:
     if model is not None and model not in _state(request).table.configs:
         raise invalid(f"Request for unknown model : {model}")
     return model
 
 
 @get(["/trace/setting", "/models/{model:str}/trace/setting"])
-async def get_trace_setting(request: Request, model: str | None = None) -> TraceSettingView:
+async def get_trace_setting(
+    request: Request[Any, Any, Any], model: str | None = None
+) -> TraceSettingView:
     found = await _state(request).traces.get(_model(request, model))
     return TraceSettingView(**found)
 
@@ -86,7 +89,7 @@ async def get_trace_setting(request: Request, model: str | None = None) -> Trace
     security=[{ADMIN_SECURITY: []}],
 )
 async def post_trace_setting(
-    request: Request,
+    request: Request[Any, Any, Any],
     model: str | None = None,
     data: Annotated[TraceSettingBody | None, Body()] = None,
 ) -> TraceSettingView:
@@ -94,19 +97,19 @@ async def post_trace_setting(
     return TraceSettingView(**found)
 
 
-async def _current(request: Request) -> log_settings.LogSettings:
+async def _current(request: Request[Any, Any, Any]) -> log_settings.LogSettings:
     found = await log_settings.read(_state(request).redis)
     return found or log_settings.from_level(logging.getLogger().getEffectiveLevel())
 
 
 @get("/logging")
-async def get_logging(request: Request) -> log_settings.LogSettings:
+async def get_logging(request: Request[Any, Any, Any]) -> log_settings.LogSettings:
     return await _current(request)
 
 
 @post("/logging", status_code=200, guards=[repository_guard], security=[{ADMIN_SECURITY: []}])
 async def post_logging(
-    request: Request, data: Annotated[LogSettingBody | None, Body()] = None
+    request: Request[Any, Any, Any], data: Annotated[LogSettingBody | None, Body()] = None
 ) -> log_settings.LogSettings:
     settings = log_settings.updated(await _current(request), _given(data))
     await log_settings.write(_state(request).redis, settings)

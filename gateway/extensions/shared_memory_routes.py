@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, Router, get, post
@@ -54,24 +54,29 @@ class CudaRegionStatus(msgspec.Struct):
     byte_size: int
 
 
-def _manager(request: Request) -> SharedMemoryManager:
-    return request.app.state.gateway.shared_memory
+def _manager(request: Request[Any, Any, Any]) -> SharedMemoryManager:
+    manager: SharedMemoryManager = (
+        request.app.state.gateway.shared_memory
+    )  # app.state is untyped (Any)
+    return manager
 
 
-def _ok() -> Response:
+def _ok() -> Response[Any]:
     return Response(content=b"", status_code=200, media_type="application/json")
 
 
 @get(["/systemsharedmemory/status", "/systemsharedmemory/region/{name:str}/status"])
-async def system_status(request: Request, name: str | None = None) -> list[SystemRegionStatus]:
+async def system_status(
+    request: Request[Any, Any, Any], name: str | None = None
+) -> list[SystemRegionStatus]:
     found = await _manager(request).status(name, SYSTEM)
     return [SystemRegionStatus(**entry) for entry in found]
 
 
 @post("/systemsharedmemory/region/{name:str}/register", status_code=200)
 async def system_register(
-    request: Request, name: str, data: Annotated[SystemRegisterBody, Body()]
-) -> Response:
+    request: Request[Any, Any, Any], name: str, data: Annotated[SystemRegisterBody, Body()]
+) -> Response[Any]:
     await _manager(request).register(name, data.key, data.offset, data.byte_size)
     return _ok()
 
@@ -80,21 +85,25 @@ async def system_register(
     ["/systemsharedmemory/unregister", "/systemsharedmemory/region/{name:str}/unregister"],
     status_code=200,
 )
-async def system_unregister(request: Request, name: str | None = None) -> Response:
+async def system_unregister(
+    request: Request[Any, Any, Any], name: str | None = None
+) -> Response[Any]:
     await _manager(request).unregister(name, SYSTEM)
     return _ok()
 
 
 @get(["/cudasharedmemory/status", "/cudasharedmemory/region/{name:str}/status"])
-async def cuda_status(request: Request, name: str | None = None) -> list[CudaRegionStatus]:
+async def cuda_status(
+    request: Request[Any, Any, Any], name: str | None = None
+) -> list[CudaRegionStatus]:
     found = await _manager(request).status(name, CUDA)
     return [CudaRegionStatus(**entry) for entry in found]
 
 
 @post("/cudasharedmemory/region/{name:str}/register", status_code=200)
 async def cuda_register(
-    request: Request, name: str, data: Annotated[CudaRegisterBody, Body()]
-) -> Response:
+    request: Request[Any, Any, Any], name: str, data: Annotated[CudaRegisterBody, Body()]
+) -> Response[Any]:
     try:
         handle = base64.b64decode(data.raw_handle.b64, validate=True)
     except (binascii.Error, ValueError):
@@ -107,7 +116,9 @@ async def cuda_register(
     ["/cudasharedmemory/unregister", "/cudasharedmemory/region/{name:str}/unregister"],
     status_code=200,
 )
-async def cuda_unregister(request: Request, name: str | None = None) -> Response:
+async def cuda_unregister(
+    request: Request[Any, Any, Any], name: str | None = None
+) -> Response[Any]:
     await _manager(request).unregister(name, CUDA)
     return _ok()
 

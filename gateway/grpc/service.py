@@ -41,7 +41,7 @@ class InferenceService(
     SharedMemoryService,
     RepositoryService,
     SettingsService,
-    service_pb2_grpc.GRPCInferenceServiceServicer,
+    service_pb2_grpc.GRPCInferenceServiceServicer,  # type: ignore[misc]  # tritonclient: no stubs
 ):
     def __init__(self, state: GatewayState):
         self.state = state

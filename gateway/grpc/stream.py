@@ -21,14 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, cast
 
 import msgspec
 from tritonclient.grpc import service_pb2
 
 from gateway.core.caller import ROUTE_KEY_HEADER, Caller
-from gateway.core.dataplane import DataPlane
+from gateway.core.dataplane import DataPlane, InferOutcome
 from gateway.errors import REDIS_ERRORS, internal_error, redis_unavailable
 from gateway.grpc.codec import encode_grpc_response, parse_grpc_request
 from shared.wire.errors import ConchError
@@ -59,9 +59,12 @@ async def model_stream_infer(
                 task.add_done_callback(tasks.discard)
                 if sequence is not None:
                     sequences[sequence] = task
-                    task.add_done_callback(
-                        lambda t, s=sequence: sequences.pop(s, None) if sequences.get(s) is t else 0
-                    )
+
+                    def forget(t: asyncio.Task[None], s: Any = sequence) -> None:
+                        if sequences.get(s) is t:
+                            sequences.pop(s, None)
+
+                    task.add_done_callback(forget)
         finally:
             if tasks:
                 await asyncio.gather(*list(tasks), return_exceptions=True)
@@ -115,7 +118,11 @@ async def _one(
         empty_final = bool(parsed.parameters.pop(EMPTY_FINAL, False))
         plan = await dataplane.extensions.prepare(parsed, headers, grpc=True)
         decoupled = dataplane.table.config(model).decoupled
-        frames = dataplane.infer_stream(model, version, parsed, caller)
+        # An async generator: DataPlane.infer_stream's annotation (AsyncIterator) omits aclose.
+        frames = cast(
+            AsyncGenerator[InferOutcome, None],
+            dataplane.infer_stream(model, version, parsed, caller),
+        )
         try:
             async for outcome in frames:
                 reply = outcome.reply

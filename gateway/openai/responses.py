@@ -112,7 +112,9 @@ class ChunkWriter:
         self._head = _head(generate, response_id, created or int(time.time()), chunk=True)
         self._started = False
 
-    def _chunk(self, delta: str | None, finish_reason: str | None, role: bool = False) -> dict:
+    def _chunk(
+        self, delta: str | None, finish_reason: str | None, role: bool = False
+    ) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
         if self._generate.chat:
             message: dict[str, str] = {"role": "assistant"} if role else {}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any, cast
 
 import msgspec
 from litestar import Request, Response, Router, get, post
@@ -37,7 +37,9 @@ def is_generative(config: ModelConfig) -> bool:
     return bool(decoupled) and has_text
 
 
-def _json_response(body: Any, status: int = 200, headers: dict | None = None) -> Response:
+def _json_response(
+    body: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> Response[Any]:
     return Response(
         content=_json.encode(body),
         status_code=status,
@@ -46,7 +48,7 @@ def _json_response(body: Any, status: int = 200, headers: dict | None = None) ->
     )
 
 
-def _error(exc: Exception) -> Response:
+def _error(exc: Exception) -> Response[Any]:
     if isinstance(exc, OpenAIError):
         status, body = from_openai(exc)
         return _json_response(body, status)
@@ -60,12 +62,13 @@ def _sse(data: Any) -> bytes:
     return b"data: " + _json.encode(data) + b"\n\n"
 
 
-def _state(request: Request) -> GatewayState:
-    return request.app.state.gateway
+def _state(request: Request[Any, Any, Any]) -> GatewayState:
+    state: GatewayState = request.app.state.gateway  # app.state is untyped (Any)
+    return state
 
 
 @get("/models")
-async def list_models(request: Request) -> Response:
+async def list_models(request: Request[Any, Any, Any]) -> Response[Any]:
     table = _state(request).table
     data = [
         {"id": name, "object": "model", "created": 0, "owned_by": "conch"}
@@ -76,7 +79,7 @@ async def list_models(request: Request) -> Response:
 
 
 @get("/models/{model:str}")
-async def retrieve_model(request: Request, model: str) -> Response:
+async def retrieve_model(request: Request[Any, Any, Any], model: str) -> Response[Any]:
     config = _state(request).table.configs.get(model)
     if config is None or not is_generative(config):
         message = f"The model '{model}' does not exist or is not a generative model"
@@ -87,18 +90,18 @@ async def retrieve_model(request: Request, model: str) -> Response:
 
 
 @post("/completions", status_code=200)
-async def completions(request: Request) -> Response | Stream:
+async def completions(request: Request[Any, Any, Any]) -> Response[Any] | Stream:
     return await _generate(request, parse_completion, "cmpl-")
 
 
 @post("/chat/completions", status_code=200)
-async def chat_completions(request: Request) -> Response | Stream:
+async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any] | Stream:
     return await _generate(request, parse_chat, "chatcmpl-")
 
 
 async def _generate(
-    request: Request, parse: Callable[[bytes], Generate], prefix: str
-) -> Response | Stream:
+    request: Request[Any, Any, Any], parse: Callable[[bytes], Generate], prefix: str
+) -> Response[Any] | Stream:
     received = time.perf_counter()
     state = _state(request)
     dataplane = state.dataplane
@@ -126,8 +129,10 @@ async def _generate(
     except (OpenAIError, ConchError) as exc:
         return _error(exc)
     response_id = prefix + new_id()
-    frames: AsyncIterator[Any] = infer_stream(
-        generate.model, None, parsed_request(generate), caller, received
+    # An async generator: infer_stream's annotation (AsyncIterator) omits aclose.
+    frames = cast(
+        AsyncGenerator[Any, None],
+        infer_stream(generate.model, None, parsed_request(generate), caller, received),
     )
     try:  # refusals (auth, rate limit, validation) come before the first frame: a status
         first = await anext(frames)
@@ -160,7 +165,7 @@ async def _stream(
     generate: Generate,
     response_id: str,
     first: Any,
-    frames: AsyncIterator[Any],
+    frames: AsyncGenerator[Any, None],
     leave: Callable[[], None],
 ) -> AsyncIterator[bytes]:
     """The SSE body; an error after the first frame is an ``error`` chunk, then ``[DONE]``."""

@@ -13,7 +13,8 @@ The routes that call this are ``gateway.repository.routes``.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import msgspec
 import redis.asyncio as aioredis
@@ -64,13 +65,13 @@ class RepositoryControl:
         live = await readiness.ready_versions(self._redis, names)
         entries: list[dict[str, str]] = []
         for name in names:
-            found = disk.get(name)
-            if found is not None and found.error:
+            entry = disk.get(name)
+            if entry is not None and entry.error:
                 if not ready_only:
-                    entries.append({"name": name, "state": "UNAVAILABLE", "reason": found.error})
+                    entries.append({"name": name, "state": "UNAVAILABLE", "reason": entry.error})
                 continue
             state = states.get(name)
-            versions = set(found.versions if found else []) | set(live.get(name, {}))
+            versions = set(entry.versions if entry else []) | set(live.get(name, {}))
             if not versions and not ready_only:
                 entries.append({"name": name, "state": "UNAVAILABLE", "reason": "no version"})
             for version in sorted(versions):
@@ -100,7 +101,10 @@ class RepositoryControl:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(keys.control_files(model))
             if request.files:
-                pipe.hset(keys.control_files(model), mapping=request.files)
+                # Mapping's key type is invariant: dict[str, bytes] is a valid Mapping[FieldT, ...].
+                pipe.hset(
+                    keys.control_files(model), mapping=cast(Mapping[Any, bytes], request.files)
+                )
             await pipe.execute()
         message = control.new_message(
             control.LOAD, model, config=request.config, files=bool(request.files)
@@ -110,11 +114,11 @@ class RepositoryControl:
         done = [a for a in acks if a.status == control.ACK_OK]
         if not done:
             reasons = sorted({a.message for a in acks if a.message})
-            message = f"failed to load '{model}': no worker serves it" + (
+            failure = f"failed to load '{model}': no worker serves it" + (
                 f" ({'; '.join(reasons)})" if reasons else ""
             )
-            await expected_models.record_load_error(self._redis, model, "gateway", message)
-            raise invalid(message)
+            await expected_models.record_load_error(self._redis, model, "gateway", failure)
+            raise invalid(failure)
         loaded = sorted({v for a in done for v in a.loaded})
         if self.cache is not None:
             await self.cache.invalidate(model)

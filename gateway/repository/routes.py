@@ -59,13 +59,14 @@ def repository_guard(
         admin_guard(connection, handler)
 
 
-def _control(request: Request) -> RepositoryControl:
-    return request.app.state.gateway.repository
+def _control(request: Request[Any, Any, Any]) -> RepositoryControl:
+    control: RepositoryControl = request.app.state.gateway.repository  # app.state is untyped (Any)
+    return control
 
 
 @post("/index", status_code=200, summary="Models in the repository and their state")
 async def repository_index(
-    request: Request, data: Annotated[IndexBody | None, Body()] = None
+    request: Request[Any, Any, Any], data: Annotated[IndexBody | None, Body()] = None
 ) -> list[IndexEntry]:
     entries = await _control(request).index(data.ready if data else False)
     return [IndexEntry(**entry) for entry in entries]
@@ -73,16 +74,16 @@ async def repository_index(
 
 @post("/models/{model:str}/load", status_code=200, summary="Load a model on every worker")
 async def repository_load(
-    request: Request, model: str, data: Annotated[LoadBody | None, Body()] = None
-) -> Response:
+    request: Request[Any, Any, Any], model: str, data: Annotated[LoadBody | None, Body()] = None
+) -> Response[Any]:
     await _control(request).load(model, data.parameters if data else {})
     return Response(content=b"", status_code=200)
 
 
 @post("/models/{model:str}/unload", status_code=200, summary="Unload a model on every worker")
 async def repository_unload(
-    request: Request, model: str, data: Annotated[UnloadBody | None, Body()] = None
-) -> Response:
+    request: Request[Any, Any, Any], model: str, data: Annotated[UnloadBody | None, Body()] = None
+) -> Response[Any]:
     parameters = data.parameters if data else UnloadParameters()
     await _control(request).unload(model, msgspec.structs.asdict(parameters))
     return Response(content=b"", status_code=200)

@@ -14,6 +14,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
+from typing import cast
+
+import redis
 
 from shared import metrics
 from shared.fleet import heartbeats
@@ -39,7 +42,8 @@ async def beat_forever(
     client = redis_conn.sync_client(
         redis_url, name="conch-gateway-heartbeat", single_connection=False
     )
-    deferred = DeferredPipeline(client.connection_pool.make_connection())
+    # A plain (not cluster) pool: its connections are redis.Connection.
+    deferred = DeferredPipeline(cast(redis.Connection, client.connection_pool.make_connection()))
     try:
         while True:
             try:
@@ -77,7 +81,7 @@ async def _awaited_beats(
 ) -> None:
     while True:
         try:
-            await heartbeats.heartbeat(client, "gateway", service_id, info, ttl_ms)  # type: ignore[arg-type]
+            await heartbeats.heartbeat(client, "gateway", service_id, info, ttl_ms)  # type: ignore[arg-type]  # client: object, an aioredis.Redis
         except asyncio.CancelledError:
             raise
         except Exception:

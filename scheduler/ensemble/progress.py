@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import msgspec
 import redis.asyncio as aioredis
@@ -215,7 +216,7 @@ class EnsembleProgress:
             if after is not None:
                 after(pipe)
             results = await pipe.execute()
-        finished = iter(results[finish_at] if answered else ())  # type: ignore[call-overload]
+        finished = iter(results[finish_at] if answered else ())
         follow_ups = []
         for action, start in spans:
             if action.answer is not None:
@@ -230,12 +231,16 @@ class EnsembleProgress:
         for _, prepared in action.submit:
             queue_admission(pipe, prepared)
         if action.submit and not action.marked:  # the children: the cancel tree's hook
-            pipe.hset(self.state_key(action.request.id), mapping=children_of(action))
+            # Mapping's key type is invariant: dict[str, str] is a valid Mapping[FieldT, ...].
+            pipe.hset(
+                self.state_key(action.request.id),
+                mapping=cast(Mapping[Any, str], children_of(action)),
+            )
 
     def _queue_answers(self, pipe: Pipeline, answered: list[Action], now: int) -> int:
         """Publish every answer, then one FINISH for all (deletes the states, acks the entries,
         adds the statistics). Returns FINISH's index in the pipeline."""
-        queue_replies(pipe, [(a.request.reply_to, a.answer) for a in answered])  # type: ignore[misc]
+        queue_replies(pipe, [(a.request.reply_to, a.answer) for a in answered])  # type: ignore[misc]  # answer set once answered
         finished = []
         for action in answered:
             stream, _, entry_id = action.state.get(b"entry", b"|").decode().rpartition("|")
@@ -251,7 +256,7 @@ class EnsembleProgress:
             if isinstance(admitted, Exception):
                 raise admitted
             try:
-                prepared.refusal(int(admitted))  # type: ignore[call-overload]
+                prepared.refusal(int(admitted))  # type: ignore[call-overload]  # an EVAL reply: int
             except ConchError as exc:
                 message = f"in ensemble '{self.model}', {step.label}: {exc}"
                 return self.failure(action.request, action.state, exc.code, message)

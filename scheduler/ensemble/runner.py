@@ -24,7 +24,7 @@ import heapq
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 
@@ -196,7 +196,10 @@ class EnsembleRunner:
         if owned is None:
             return
         _, stream, entry_id = owned
-        state = await self._redis.hgetall(self.progress.state_key(request_id))
+        # decode_responses=False: a hash of bytes (redis-py's annotation allows str).
+        state = cast(
+            dict[bytes, bytes], await self._redis.hgetall(self.progress.state_key(request_id))
+        )
         if state:
             request = _request_of(state)
             await self.progress.apply([self.progress.failure(request, state, code, message)])

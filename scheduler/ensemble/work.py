@@ -164,7 +164,7 @@ class EnsembleWork:
             if isinstance(outcomes, Exception):
                 raise outcomes
             clean = True
-            for (reply, step, request_id), outcome in zip(pending, outcomes, strict=True):  # type: ignore[call-overload]
+            for (reply, step, request_id), outcome in zip(pending, outcomes, strict=True):  # type: ignore[call-overload]  # a list here
                 if not isinstance(outcome, list):
                     if not outcome:  # finished or expired: a late or repeated reply
                         known.drop(request_id)
@@ -221,7 +221,7 @@ class EnsembleWork:
     ) -> Action:
         message = f"in ensemble '{self.model}', {step.label} failed: {reply.error}"
         code = ErrorCode._value2member_map_.get(reply.error_code, ErrorCode.INTERNAL)
-        return self.progress.failure(request, state, code, message)  # type: ignore[arg-type]
+        return self.progress.failure(request, state, code, message)  # type: ignore[arg-type]  # an ErrorCode member
 
 
 def _encoded(fields: dict[str, str]) -> dict[bytes, bytes]:

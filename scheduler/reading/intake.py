@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
+from redis.typing import KeyT, StreamIdT
 
 from scheduler.ensemble.runner import EnsembleRunner
 from scheduler.queueing import poison
@@ -67,8 +68,8 @@ class Intake:
         slot_reads = None
         url = self.settings.redis_url
         if self.settings.read_by_slot or redis_cluster.is_cluster(url):
-            reads = redis_conn.blocking_pool(url, name="conch-scheduler-slot-read")
-            slot_reads = SlotReads(reads, self.id, self.settings.read_count)
+            slot_pool = redis_conn.blocking_pool(url, name="conch-scheduler-slot-read")
+            slot_reads = SlotReads(slot_pool, self.id, self.settings.read_count)
         try:
             while True:
                 if not self._streams:
@@ -78,22 +79,25 @@ class Intake:
                 if self._recover:
                     await self._recover_own()
                 try:
+                    reply: Any  # an XREADGROUP reply, for streams.parse_read
                     if slot_reads is not None:
                         reply = await slot_reads.read(list(self._streams))
                         if slot_reads.needs_recovery:
                             slot_reads.needs_recovery = False
                             self._recover = True
                     else:
-                        wanted = {stream: b">" for stream in self._streams}
-                        reply = await reads.read(
-                            lambda wanted=wanted: client.xreadgroup(  # type: ignore[misc]
+                        wanted: dict[KeyT, StreamIdT] = {stream: b">" for stream in self._streams}
+
+                        def read_group(wanted: dict[KeyT, StreamIdT] = wanted) -> Awaitable[Any]:
+                            return client.xreadgroup(
                                 keys.SCHEDULER_GROUP,
                                 self.id,
                                 wanted,
                                 count=self.settings.read_count,
                                 block=reads.block_ms,
                             )
-                        )
+
+                        reply = await reads.read(read_group)
                 except asyncio.CancelledError:
                     raise
                 except ResponseError as exc:

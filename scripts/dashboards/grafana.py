@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
 SCHEMA_VERSION = 39
@@ -29,7 +30,7 @@ class Dashboard:
     model_variable: bool = True
 
 
-def _targets(panel: Panel) -> list[dict]:
+def _targets(panel: Panel) -> list[dict[str, Any]]:
     return [
         {
             "datasource": DATASOURCE,
@@ -43,8 +44,8 @@ def _targets(panel: Panel) -> list[dict]:
     ]
 
 
-def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict:
-    body: dict = {
+def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "id": panel_id,
         "type": panel.kind,
         "title": panel.title,
@@ -64,8 +65,8 @@ def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict:
     return body
 
 
-def render(dashboard: Dashboard) -> dict:
-    panels: list[dict] = []
+def render(dashboard: Dashboard) -> dict[str, Any]:
+    panels: list[dict[str, Any]] = []
     x = y = 0
     row_height = 0
     next_id = 1
@@ -93,7 +94,7 @@ def render(dashboard: Dashboard) -> dict:
         next_id += 1
         x += item.width
         row_height = max(row_height, item.height)
-    templating: list[dict] = []
+    templating: list[dict[str, Any]] = []
     if dashboard.model_variable:
         templating.append(
             {

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import redis.asyncio as aioredis
@@ -142,7 +142,7 @@ async def publish(r: aioredis.Redis, message: ControlMessage) -> None:
 async def last_id(r: aioredis.Redis) -> bytes:
     """The id of the newest control message (a new reader starts after it)."""
     newest = await r.xrevrange(keys.control_stream(), count=1)
-    return newest[0][0] if newest else b"0-0"
+    return cast(bytes, newest[0][0]) if newest else b"0-0"  # decode_responses=False: ids are bytes
 
 
 async def answer(r: aioredis.Redis, message_id: str, ack: ControlAck) -> None:
@@ -163,7 +163,7 @@ async def collect(
     waiting = set(expected)
     deadline = time.monotonic() + timeout_s
     while waiting and time.monotonic() < deadline:
-        raw = await r.lpop(key, 64)
+        raw = cast(list[bytes] | None, await r.lpop(key, 64))  # LPOP with a count: a list
         if raw:
             for item in raw:
                 ack = decode_ack(item)

@@ -48,6 +48,7 @@ def queue_wait(pipe: Any, wait: tuple[int, int], keys: list[Any]) -> int:
     nodes = {}
     for key in keys:
         node = pipe.cluster_client.get_node_from_key(key)
+        assert node is not None  # every slot has a primary once the cluster client is up
         nodes[node.name] = node
     for node in nodes.values():
         pipe.execute_command("WAIT", replicas, timeout_ms, target_nodes=node)

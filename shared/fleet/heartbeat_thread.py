@@ -71,7 +71,7 @@ class HeartbeatThread:
         name = f"conch-{self._kind}-heartbeat"
         client = redis_conn.sync_client(self._url, name=name)
         if not redis_cluster.is_cluster(self._url):
-            self._deferred = DeferredPipeline(client.connection)  # type: ignore[arg-type]
+            self._deferred = DeferredPipeline(client.connection)  # type: ignore[arg-type]  # single_connection: set
         try:
             while not self._stop.is_set():
                 self.beat(client)

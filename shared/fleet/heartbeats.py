@@ -45,7 +45,7 @@ async def deregister(r: aioredis.Redis, kind: str, service_id: str) -> None:
 async def live_ids(r: aioredis.Redis, kind: str, grace_ms: int = 0) -> set[str]:
     """Services whose heartbeat has not expired (or expired less than ``grace_ms`` ago)."""
     members = await r.zrangebyscore(keys.service_registry(kind), now_ms() - grace_ms, "+inf")
-    return {m.decode() if isinstance(m, bytes) else m for m in members}
+    return {m.decode() if isinstance(m, bytes) else str(m) for m in members}
 
 
 async def not_dead_ids(r: aioredis.Redis, kind: str, dead_bound_ms: int, ttl_ms: int) -> set[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import cast
 
 import redis.asyncio as aioredis
 
@@ -69,8 +70,11 @@ class ReplyRouter:
         try:
             while True:
                 try:
-                    reply = await client.xread(
-                        {self.stream: last_id}, count=512, block=READ_BLOCK_MS
+                    # RESP2 with decode_responses=False: bytes throughout (redis-py's
+                    # annotations allow the str of a decoding client).
+                    reply = cast(
+                        list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]] | None,
+                        await client.xread({self.stream: last_id}, count=512, block=READ_BLOCK_MS),
                     )
                 except asyncio.CancelledError:
                     raise

@@ -14,11 +14,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 log = logging.getLogger(__name__)
+
+# The RESP2 shapes of the replies read here. The clients are made with decode_responses=False, so
+# every string comes back as bytes; redis-py's annotations allow str too (for decoding clients),
+# hence the casts to these below.
+_Message = tuple[bytes, dict[bytes, bytes]]
+# {"message_id": bytes, "consumer": bytes, "times_delivered": int, ...}
+_PendingRow = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,7 @@ async def ensure_groups(r: aioredis.Redis, streams: Iterable[str], group: str) -
         await ensure_group(r, stream, group)
 
 
-def parse_read(reply: list | dict | None) -> list[Entry]:
+def parse_read(reply: list[Any] | dict[Any, Any] | None) -> list[Entry]:
     """Flatten an XREAD/XREADGROUP reply (RESP2 list form) into entries."""
     entries: list[Entry] = []
     if not reply:
@@ -78,7 +86,7 @@ async def reclaim_dead(
     except ResponseError:
         return []
     claimed: list[Entry] = []
-    for consumer in consumers:
+    for consumer in cast(list[dict[str | bytes, Any]], consumers):  # RESP2 may key by bytes
         name = _text(consumer.get("name") or consumer.get(b"name"))
         pending = int(consumer.get("pending") or consumer.get(b"pending") or 0)
         if name == me or name in live:
@@ -88,13 +96,20 @@ async def reclaim_dead(
             continue
         if dead_pending is not None:  # the reclaimer's pace (``shared.fleet.reclaim_pace``)
             dead_pending.append(name)
-        rows = await r.xpending_range(
-            stream, group, "-", "+", count, consumername=name, idle=min_idle_ms
+        rows = cast(
+            list[_PendingRow],
+            await r.xpending_range(
+                stream, group, "-", "+", count, consumername=name, idle=min_idle_ms
+            ),
         )
         if not rows:
             continue
-        deliveries = {row["message_id"]: int(row["times_delivered"]) for row in rows}
-        messages = await r.xclaim(stream, group, me, min_idle_ms, list(deliveries))
+        deliveries: dict[bytes, int] = {
+            row["message_id"]: int(row["times_delivered"]) for row in rows
+        }
+        messages = cast(
+            list[_Message], await r.xclaim(stream, group, me, min_idle_ms, list(deliveries))
+        )
         for entry_id, fields in messages:
             if fields:
                 claimed.append(Entry(stream.encode(), entry_id, fields, deliveries[entry_id] + 1))
@@ -113,7 +128,10 @@ async def own_pending(
     found: list[tuple[bytes, int]] = []
     start: bytes | str = "-"
     while True:
-        rows = await r.xpending_range(stream, group, start, "+", count, consumername=me)
+        rows = cast(
+            list[_PendingRow],
+            await r.xpending_range(stream, group, start, "+", count, consumername=me),
+        )
         found.extend((row["message_id"], int(row["times_delivered"])) for row in rows)
         if len(rows) < count:
             return found

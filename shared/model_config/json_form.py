@@ -17,7 +17,8 @@ def message_to_json(message: Any) -> dict[str, Any]:
     data = json_format.MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
-    return _int64_to_numbers(data, message.DESCRIPTOR)
+    converted: dict[str, Any] = _int64_to_numbers(data, message.DESCRIPTOR)
+    return converted
 
 
 _INT64_TYPES = {

@@ -91,7 +91,7 @@ def connect(
         max_connections=max_connections,
         retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries),
         decode_responses=False,
-        **options,  # type: ignore[arg-type]
+        **options,  # type: ignore[arg-type]  # URL options: str | int | bool
     )
     return client
 
@@ -106,5 +106,5 @@ def sync_client(url: str, *, socket_timeout: float, name: str) -> redis.RedisClu
         socket_keepalive=True,
         client_name=name,
         retry=SyncRetry(ExponentialBackoff(cap=0.5, base=0.05), 3),
-        **options,  # type: ignore[arg-type]
+        **options,  # type: ignore[arg-type]  # URL options: str | int | bool
     )

@@ -6,13 +6,14 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 
 def run_service(main: Coroutine[Any, Any, None]) -> None:
+    runner: Callable[[Coroutine[Any, Any, None]], None]
     try:
         import uvloop
 

@@ -127,7 +127,8 @@ def bytes_to_json(data: bytes, datatype: str) -> list[Any]:
     arr = np.frombuffer(data, dtype=dt.dtype)
     if datatype == "BF16":
         arr = arr.astype(np.float32)
-    return arr.tolist()
+    values: list[Any] = arr.tolist()  # 1-D, so a list
+    return values
 
 
 def to_numpy(tensor: Tensor) -> np.ndarray:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -92,12 +92,12 @@ class BatchProcessor:
                 f"batch was delivered {entry.deliveries - 1} times to workers that failed or "
                 f"died executing it; giving up after {self._settings.max_deliveries}",
             )
-            return
+            return None
         if entry.deliveries > 1 and not await self._still_ours(entry):
             # Tried again after a failure whose write had gone through (acked already), or
             # claimed by another worker meanwhile: running it again would run it twice.
             metrics.record_late_result("worker", name, version)
-            return
+            return None
         try:
             batch = batch_entry.decode(entry.fields, entry.entry_id, name, version)
             requests = [envelope.decode_request(raw) for raw in batch.requests]
@@ -108,7 +108,7 @@ class BatchProcessor:
             await poison.dead_letter(
                 self._redis, name, version, entry, self._id, "batch could not be decoded"
             )
-            return
+            return None
         if entry.deliveries > 1:
             metrics.child(metrics.REDELIVERED, "worker", name, version).inc()
         if loaded.model.config.decoupled:
@@ -194,7 +194,7 @@ class BatchProcessor:
         in_flight = metrics.child(metrics.EXECUTIONS_IN_FLIGHT, config.name, loaded.version)
         in_flight.inc()
         started_ns = time.time_ns()
-        running = self.executions.run(
+        running: Awaitable[Any] = self.executions.run(
             instance, instance.execute, model_requests, on_done=in_flight.dec, timed=True
         )
         if tells_cancels(instance):  # is_cancelled() reaches the running models

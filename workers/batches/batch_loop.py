@@ -100,7 +100,7 @@ class BatchLoop:
                         )
                     else:
                         reply, unsent = await reads.read(
-                            lambda sending=sending: self._send_and_read(  # type: ignore[misc]
+                            lambda sending=sending: self._send_and_read(  # type: ignore[misc]  # lambda default
                                 client, sending, stream, consumer, reads.block_ms, lane
                             )
                         )

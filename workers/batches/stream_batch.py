@@ -29,12 +29,13 @@ import redis.asyncio as aioredis
 
 from shared import metrics
 from shared.fleet import streams
+from shared.fleet.cancel_marks import CANCELLED_TEXT
 from shared.fleet.publish import queue_replies
 from shared.wire import envelope, tensors
 from shared.wire.envelope import InferRequest, Reply
 from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Execution, ModelInstance, ModelRequest
-from workers.batches.cancel_check import CANCELLED_TEXT, POLL_S, cancelled_ids
+from workers.batches.cancel_check import POLL_S, cancelled_ids
 from workers.batches.stream_sink import LoopSink, ack_streamed, numbered, output_datatype
 from workers.loading.loader import LoadedVersion
 

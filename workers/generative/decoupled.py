@@ -129,7 +129,8 @@ class GenerativeModel:
 
     @property
     def _final(self) -> int:
-        return self.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        final: int = self.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL  # pb_utils is untyped
+        return final
 
     def _forget_latest(self, sender: Any) -> None:
         with self._senders_lock:

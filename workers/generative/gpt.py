@@ -10,7 +10,9 @@ its own position, and a finished sequence frees its slot for the next request.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -29,8 +31,8 @@ class GPTConfig:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> GPTConfig:
-        known = {k: int(data[k]) for k in cls.__dataclass_fields__ if k in data}  # type: ignore[arg-type]
+    def from_json(cls, data: dict[str, Any]) -> GPTConfig:  # a JSON object
+        known = {k: int(data[k]) for k in cls.__dataclass_fields__ if k in data}
         config = cls(**known)
         if config.n_embd % config.n_head:
             raise ValueError(f"n_embd ({config.n_embd}) must be a multiple of n_head")
@@ -76,7 +78,8 @@ class Block(nn.Module):
     def _finish(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         b, _, t, _ = y.shape
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, -1))
-        return x + self.mlp(self.ln2(x))
+        out: torch.Tensor = x + self.mlp(self.ln2(x))  # nn.Module calls return Any
+        return out
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Causal attention over the whole sequence; also returns its keys and values."""
@@ -128,8 +131,8 @@ class TinyGPT(nn.Module):
         if t > self.config.block_size:
             raise ValueError(f"{t} tokens exceed the model's context of {self.config.block_size}")
         x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
-        kvs = []
-        for block in self.blocks:
+        kvs: list[tuple[torch.Tensor, ...]] = []
+        for block in self._blocks():
             x, k, v = block(x)
             kvs.append((k, v))
         return self.head(self.ln_f(x)), kvs
@@ -152,9 +155,14 @@ class TinyGPT(nn.Module):
         x = (self.tok(tokens) + self.pos(positions))[:, None, :]
         span = int(positions.max()) + 1  # no sequence sees past the longest one
         hidden = torch.arange(span, device=x.device)[None, :] > positions[:, None]
-        for layer, block in enumerate(self.blocks):
+        for layer, block in enumerate(self._blocks()):
             x = block.step(x, cache, layer, slots, positions, hidden)
-        return self.head(self.ln_f(x))[:, 0]
+        logits: torch.Tensor = self.head(self.ln_f(x))  # nn.Module calls return Any
+        return logits[:, 0]
+
+    def _blocks(self) -> Iterable[Block]:
+        # nn.ModuleList is not generic: its items type as Module.
+        return cast(Iterable[Block], self.blocks)
 
 
 def parameter_count(model: nn.Module) -> int:

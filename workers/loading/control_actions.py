@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import redis.asyncio as aioredis
 
@@ -120,13 +120,13 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
         return ack(host, control.ACK_SKIPPED, "no instance of the model on this worker's devices")
     target = set(model.versions)
     if not target:
-        message = (
+        reason = (
             f"no version of '{name}' to load: versions on disk "
             f"{model.available_versions or 'none'}, version_policy "
             f"{model.config.version_policy.kind}"
         )
-        await expected_models.record_load_error(redis, name, host.id, message)
-        return ack(host, control.ACK_ERROR, message)
+        await expected_models.record_load_error(redis, name, host.id, reason)
+        return ack(host, control.ACK_ERROR, reason)
     current = {v for (m, v) in host.loaded if m == name}
     retire = sorted(current - target)
     weighted = await _weighted(redis, name, retire)
@@ -151,7 +151,9 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
 
 async def write_files(redis: aioredis.Redis, model: str, model_dir: Path) -> None:
     """The files the load sent, written into the model directory (confined to it)."""
-    raw = await redis.hgetall(keys.control_files(model))
+    raw = cast(
+        dict[bytes | str, bytes], await redis.hgetall(keys.control_files(model))
+    )  # values: bytes
     files = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
     if not files:
         raise ConchError(

@@ -161,5 +161,8 @@ class OnnxRuntimeInstance(TensorModelInstance):
 def _feedable(array: np.ndarray) -> np.ndarray:
     """ONNX Runtime takes BYTES tensors as numpy string/object arrays of str."""
     if array.dtype == object:
-        return np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(array)
+        decoded: np.ndarray = np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(
+            array
+        )
+        return decoded
     return array

@@ -94,7 +94,8 @@ class PythonBackend(Backend):
             raise ConchError(
                 ErrorCode.INVALID_ARG, f"auto_complete_config of '{config.name}' failed: {value}"
             )
-        return value
+        completed: dict[str, Any] | None = value  # from the model's process (untyped)
+        return completed
 
     def load(self, spec: LoadSpec) -> ModelInstance:
         if not spec.model_file.is_file():
@@ -131,7 +132,7 @@ class PythonModelInstance(ModelInstance):
         self.restarts = 0
         self._closed = False
         self._lock = threading.Lock()
-        self._init = {
+        self._init: dict[str, Any] = {
             "model_file": str(spec.model_file),
             "args": initialize_args(spec),
             "log_level": logging.getLogger().getEffectiveLevel(),

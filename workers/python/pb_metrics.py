@@ -121,11 +121,11 @@ class MetricFamily:
             raise ValueError("a histogram metric needs buckets")
         if self.kind != self.HISTOGRAM and buckets is not None:
             raise ValueError("buckets are for histogram metrics only")
-        key = tuple(sorted(labels.items()))
+        label_key = tuple(sorted(labels.items()))
         with _lock:
-            metric = self._metrics.get(key)
+            metric = self._metrics.get(label_key)
             if metric is None:
-                metric = self._metrics[key] = Metric(self, labels, buckets)
+                metric = self._metrics[label_key] = Metric(self, labels, buckets)
                 _changed()
         return metric
 

@@ -151,7 +151,7 @@ class Tensor:
     def shape(self) -> list[int]:
         return list(self._array.shape)
 
-    def triton_dtype(self) -> int:
+    def triton_dtype(self) -> int | None:  # None: a dtype Triton has no type for
         return numpy_to_triton_type(self._array.dtype)
 
     def is_cpu(self) -> bool:

@@ -190,7 +190,7 @@ class PyTorchInstance(TensorModelInstance):
         """DISABLE_OPTIMIZED_EXECUTION (TorchScript only; the JIT flag is process-wide)."""
         if self.optimized_execution or self.exported:
             return contextlib.nullcontext()
-        return torch.jit.optimized_execution(False)
+        return torch.jit.optimized_execution(False)  # type: ignore[attr-defined]  # not in __all__
 
     def _arguments(self, inputs: dict[str, np.ndarray]) -> list[Any]:
         arguments: list[Any] = []

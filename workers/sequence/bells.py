@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import cast
 
 import redis.asyncio as aioredis
 
@@ -26,7 +27,11 @@ async def read_bells(
     try:
         while True:
             try:
-                reply = await client.xread({stream: last}, count=1000, block=1000)
+                # RESP2, decode_responses=False: bytes throughout (redis-py also allows str).
+                reply = cast(
+                    list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]] | None,
+                    await client.xread({stream: last}, count=1000, block=1000),
+                )
             except asyncio.CancelledError:
                 raise
             except Exception:

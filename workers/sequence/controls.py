@@ -48,6 +48,7 @@ def corrid_tensor(control: Control, corrid: int | str, shape: list[int]) -> np.n
         array[0] = text.encode("utf-8")
         return array.reshape(shape)
     dtype = datatypes.BY_NAME[control.datatype].dtype
+    assert dtype is not None  # only BYTES has no NumPy dtype, handled above
     value = int(corrid) if not isinstance(corrid, str) else 0
     raw = np.array([value & (2**64 - 1)], dtype="<u8").view(np.uint8)[: dtype.itemsize]
     return raw.view(dtype).reshape(shape).copy()

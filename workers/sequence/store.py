@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import redis.asyncio as aioredis
 
@@ -169,7 +170,8 @@ class SequenceStore:
         return released, stale
 
     async def held(self) -> list[str]:
-        return [s.decode() for s in await self._redis.zrange(self.held_key, 0, -1)]
+        held = await self._redis.zrange(self.held_key, 0, -1)
+        return [cast(bytes, s).decode() for s in held]  # no scores; decode_responses=False
 
     async def adopt(
         self, instance: str, now_ms: int, dead_before_ms: int, idle_ms: int, force: bool = False
@@ -184,4 +186,4 @@ class SequenceStore:
 
     async def slot_table(self) -> dict[str, int]:
         table = await self._redis.hgetall(keys.sequence_slots(self.model, self.version))
-        return {k.decode(): int(v) for k, v in table.items()}
+        return {cast(bytes, k).decode(): int(v) for k, v in table.items()}  # bytes: see held()

@@ -61,7 +61,7 @@ class TritonPythonModel:
             time.sleep(0.005)
 
     def execute(self, requests):
-        ids = []
+        ids: list[int] = []
         for request in requests:
             data = pb_utils.get_input_tensor_by_name(request, "ID").as_numpy()
             ids.extend(int(v) for v in data.reshape(-1))
