@@ -2,11 +2,11 @@
 each worker in a network namespace of its own (``tests.netns_lab``), the client in another.
 
 Every service binds loopback inside its namespace and is reached through a delay forwarder on
-the namespace's address (``tests.delay_proxy``): each one-way message between two parts crosses
-one hop whose latency ``set_delay`` sets for the whole lab at once. (The kernel's ``tc netem``
-would do it per packet; this machine's kernel has no ``sch_netem``, so the delay is applied per
-chunk in user space: same latency per hop, plus the forwarder's own cost, which the 0 ms
-baseline includes too.)
+the namespace's address (``tests.tcp_proxy`` with a delay file): each one-way message between
+two parts crosses one hop whose latency ``set_delay`` sets for the whole lab at once. (The
+kernel's ``tc netem`` would do it per packet; this machine's kernel has no ``sch_netem``, so the
+delay is applied per chunk in user space: same latency per hop, plus the forwarder's own cost,
+which the 0 ms baseline includes too.)
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ class NetMesh:
 
     def _proxy(self, part: str, port: int) -> None:
         listen = f"{self.lab.addresses[part]}:{port}"
-        argv = [PY, "-m", "tests.delay_proxy", listen, f"127.0.0.1:{port}", str(self.delay_file)]
+        argv = [PY, "-m", "tests.tcp_proxy", listen, f"127.0.0.1:{port}"]
+        argv += ["--delay-file", str(self.delay_file)]
         self.lab.spawn(part, argv, self._env(), self.log_dir / f"proxy-{part}.log")
 
     @property

@@ -2,7 +2,7 @@
 
 ``appendonly yes`` with ``appendfsync everysec``: a restart replays the append-only file, so the
 streams, groups and pending entries the mesh had are back. Only loopback TCP (no Unix socket):
-the services reach it through the suite's own proxy (``tests/chaos/tcp_proxy.py``), and the
+the services reach it through the suite's own proxy (``tests/tcp_proxy.py``), and the
 suite reads it directly.
 """
 

@@ -1,6 +1,6 @@
 """The mesh the chaos suite breaks: every service a real process, Envoy in front, on loopback.
 
-One AOF Redis behind the suite's TCP proxy (``tcp_proxy.py``: every service's connections go
+One AOF Redis behind the tests' TCP proxy (``tests.tcp_proxy``: every service's connections go
 through it, so Redis can be stalled or a connection cut half-open), one scheduler and two
 gateway processes on their own ports (as ``conch up`` starts them, each supervised: the suite
 restarts what it kills), two Python workers serving ``chaos_recorder`` (two instances each), the
@@ -90,8 +90,8 @@ class ChaosMesh:
     def start(self) -> ChaosMesh:
         self.redis.start()
         self.proxy = subprocess.Popen(
-            [sys.executable, "-m", "tests.chaos.tcp_proxy", str(self.proxy_port),
-             str(self.redis.port)],
+            [sys.executable, "-m", "tests.tcp_proxy", str(self.proxy_port),
+             str(self.redis.port), "--control"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
             start_new_session=True,
         )  # fmt: skip

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -19,14 +18,12 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from gateway import heartbeat as gateway_heartbeat
 from shared import heartbeats, keys, readiness, redis_conn
 from shared.clock import now_ms
 from shared.deferred_replies import DeferredPipeline, commands_of
 from shared.heartbeat_thread import HeartbeatThread
-from tests import delay_proxy
 from tests.tcp_proxy import TcpProxy
 
 TTL_MS = 3_000  # the contract's TTL
@@ -103,12 +100,8 @@ def _delayed(tcp_url: str, tmp_path: Path, delay_ms: int) -> str:
     assert parts.scheme == "redis" and parts.port, tcp_url
     delay_file = tmp_path / "delay"
     delay_file.write_text(str(delay_ms))
-    port = free_port()
-    listen, target = f"127.0.0.1:{port}", f"{parts.hostname}:{parts.port}"
-    threading.Thread(
-        target=delay_proxy.main, args=(listen, target, str(delay_file)), daemon=True
-    ).start()
-    url = urlunsplit(parts._replace(netloc=listen))
+    proxy = TcpProxy(str(parts.hostname), parts.port, delay_file=delay_file).start()
+    url = urlunsplit(parts._replace(netloc=f"{proxy.host}:{proxy.port}"))
     _wait_until(lambda: _answers(url))
     return url
 
