@@ -22,8 +22,9 @@ from scheduler.settings import SchedulerSettings
 from shared import envelope, keys, metrics, model_registry, readiness, redis_conn
 from shared.envelope import InferRequest, RequestHeader, Tensor
 from shared.errors import ErrorCode
-from tests.queue_harness import MODEL, VERSION, Harness, eventually, model_config
+from tests.queue_harness import MODEL, VERSION, Harness, model_config
 from tests.tcp_proxy import TcpProxy
+from tests.waiting import eventually
 
 
 @pytest.fixture
