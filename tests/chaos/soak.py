@@ -62,7 +62,7 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
             now = time.monotonic()
-            for label, process in self.mesh.processes().items():
+            for label, process in self.mesh.process_tree().items():
                 try:
                     rss = process.memory_info().rss
                 except Exception:

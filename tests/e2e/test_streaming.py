@@ -76,24 +76,14 @@ def stream_mesh(
         )
         mesh.start_gateway(CONCH_GATEWAY_GRPC_PORT=str(port), **bounds)
         litestar_port = free_port()
-        mesh._spawn(
+        mesh.start_gateway(
+            1,
             "gateway-litestar",
-            [sys.executable, "-m", "gateway"],
-            {
-                "CONCH_GATEWAY_HOST": "127.0.0.1",
-                "CONCH_GATEWAY_HTTP_PORT": str(litestar_port),
-                "CONCH_GATEWAY_PROCESSES": "1",
-                "CONCH_GATEWAY_INFER_FAST_PATH": "false",
-            },
+            CONCH_GATEWAY_HTTP_PORT=str(litestar_port),
+            CONCH_GATEWAY_INFER_FAST_PATH="false",
         )
         mesh.wait_ready(MODELS, timeout_s=120)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                ready = httpx.get(f"http://127.0.0.1:{litestar_port}/v2/health/ready", timeout=1)
-                if ready.status_code == 200:
-                    break
-            time.sleep(0.2)
+        mesh.wait_http(f"http://127.0.0.1:{litestar_port}/v2/health/ready", 60)
         streaming = StreamMesh(mesh, f"127.0.0.1:{port}", record, litestar_port)
         streaming.scheduler_port = scheduler_port
         yield streaming
