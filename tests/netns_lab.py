@@ -63,7 +63,7 @@ class Lab:
     addresses: dict[str, str] = field(default_factory=dict)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     delay_ms: float = 0.0
-    # Set by ``up``: whether hops can be delayed by the kernel (else by ``tests.delay_proxy``).
+    # Set by ``up``: whether hops can be delayed by the kernel (else by ``tests.tcp_proxy``).
     netem: bool = False
 
     def ns(self, part: str) -> str:
@@ -98,7 +98,7 @@ class Lab:
     def set_delay(self, ms: float) -> None:
         """The one-way delay of every hop (each namespace's egress), by the kernel's netem."""
         if not self.netem:
-            raise RuntimeError("no sch_netem in this kernel: delay hops with tests.delay_proxy")
+            raise RuntimeError("no sch_netem in this kernel: delay hops with tests.tcp_proxy")
         for part in self.parts:
             _run("tc", "-n", self.ns(part), "qdisc", "change", "dev", "eth0", "root", "netem",
                  "delay", f"{ms}ms")  # fmt: skip

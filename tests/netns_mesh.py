@@ -2,11 +2,11 @@
 each worker in a network namespace of its own (``tests.netns_lab``), the client in another.
 
 Every service binds loopback inside its namespace and is reached through a delay forwarder on
-the namespace's address (``tests.delay_proxy``): each one-way message between two parts crosses
-one hop whose latency ``set_delay`` sets for the whole lab at once. (The kernel's ``tc netem``
-would do it per packet; this machine's kernel has no ``sch_netem``, so the delay is applied per
-chunk in user space: same latency per hop, plus the forwarder's own cost, which the 0 ms
-baseline includes too.)
+the namespace's address (``tests.tcp_proxy`` with a delay file): each one-way message between
+two parts crosses one hop whose latency ``set_delay`` sets for the whole lab at once. (The
+kernel's ``tc netem`` would do it per packet; this machine's kernel has no ``sch_netem``, so the
+delay is applied per chunk in user space: same latency per hop, plus the forwarder's own cost,
+which the 0 ms baseline includes too.)
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from pathlib import Path
 
 from conch.envoy_edge import plan_edge
 from conch.private_redis import find_binary
+from tests.mesh import Mesh
 from tests.netns_lab import Lab
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -29,12 +31,15 @@ REDIS_PORT, GATEWAY_PORT, EDGE_PORT = 6379, 8000, 8080
 
 @dataclass
 class NetMesh:
+    """A ``tests.mesh.Mesh`` whose services run in the lab's parts (``host=``)."""
+
     repository: Path
     log_dir: Path
     workers: tuple[str, ...] = ("w1",)
     backend: str = "onnxruntime"
     worker_env: dict[str, str] = field(default_factory=dict)
     lab: Lab = field(default_factory=lambda: Lab(list(PARTS)))
+    mesh: Mesh | None = None
 
     @property
     def redis_url(self) -> str:
@@ -48,21 +53,11 @@ class NetMesh:
     def gateway_url(self) -> str:
         return f"http://{self.lab.addresses['gw']}:{GATEWAY_PORT}"
 
-    def _env(self, **extra: str) -> dict[str, str]:
-        return {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "PYTHONUNBUFFERED": "1",
-            "CONCH_REDIS_URL": self.redis_url,
-            "CONCH_LOG_FORMAT": "text",
-            "CONCH_LOG_LEVEL": "WARNING",
-            **extra,
-        }
-
-    def _proxy(self, part: str, port: int) -> None:
+    def _proxy(self, mesh: Mesh, part: str, port: int) -> None:
         listen = f"{self.lab.addresses[part]}:{port}"
-        argv = [PY, "-m", "tests.delay_proxy", listen, f"127.0.0.1:{port}", str(self.delay_file)]
-        self.lab.spawn(part, argv, self._env(), self.log_dir / f"proxy-{part}.log")
+        argv = [PY, "-m", "tests.tcp_proxy", listen, f"127.0.0.1:{port}"]
+        argv += ["--delay-file", str(self.delay_file)]
+        mesh.start_process(f"proxy-{part}", argv, host=part)
 
     @property
     def delay_file(self) -> Path:
@@ -75,59 +70,67 @@ class NetMesh:
     def start(self) -> NetMesh:
         self.delay_file.write_text("0")
         self.lab.up()
-        lab, logs = self.lab, self.log_dir
+        mesh = self.mesh = Mesh(
+            self.redis_url,
+            self.repository,
+            http_port=GATEWAY_PORT,
+            log_dir=self.log_dir,
+            env_overrides={"PYTHONPATH": str(ROOT), "CONCH_LOG_LEVEL": "WARNING"},
+            lab=self.lab,
+        )
         redis_argv = [
             find_binary(), "--port", str(REDIS_PORT), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--protected-mode", "no", "--dir", str(logs),
+            "--appendonly", "no", "--protected-mode", "no", "--dir", str(self.log_dir),
         ]  # fmt: skip
-        lab.spawn("redis", redis_argv, self._env(), logs / "redis.log")
-        self._proxy("redis", REDIS_PORT)
-        plan = plan_edge(self.redis_url, EDGE_PORT, host="127.0.0.1", workdir=logs / "edge")
-        lab.spawn(
-            "edge", plan.controlplane.argv, self._env(**plan.controlplane.env), logs / "cp.log"
+        mesh.start_process("redis", redis_argv, host="redis")
+        self._proxy(mesh, "redis", REDIS_PORT)
+        plan = plan_edge(self.redis_url, EDGE_PORT, host="127.0.0.1", workdir=self.log_dir / "edge")
+        mesh.start_edge(plan, host="edge")
+        self._proxy(mesh, "edge", EDGE_PORT)
+        mesh.start_gateway(
+            processes=2, host="gw", CONCH_GATEWAY_ADVERTISE_HOST=self.lab.addresses["gw"]
         )
-        lab.spawn("edge", plan.envoy.argv, self._env(), logs / "envoy.log")
-        self._proxy("edge", EDGE_PORT)
-        gateway_env = self._env(
-            CONCH_GATEWAY_HOST="127.0.0.1",
-            CONCH_GATEWAY_HTTP_PORT=str(GATEWAY_PORT),
-            CONCH_GATEWAY_ADVERTISE_HOST=lab.addresses["gw"],
-            CONCH_GATEWAY_PROCESSES="2",
-        )
-        lab.spawn("gw", [PY, "-m", "gateway"], gateway_env, logs / "gateway.log")
-        self._proxy("gw", GATEWAY_PORT)
-        lab.spawn("sched", [PY, "-m", "scheduler"], self._env(), logs / "scheduler.log")
+        self._proxy(mesh, "gw", GATEWAY_PORT)
+        mesh.start_scheduler(host="sched")
         for part in self.workers:
-            env = self._env(
-                CONCH_WORKER_MODEL_REPOSITORY=str(self.repository),
+            mesh.start_worker(
+                part,
+                self.backend,
+                host=part,
                 CONCH_WORKER_HEALTH_PORT="8020",
                 CONCH_WORKER_HEALTH_HOST="0.0.0.0",
                 **self.worker_env,
-            )
-            lab.spawn(
-                part, [PY, "-m", "workers", "--backend", self.backend], env, logs / f"{part}.log"
             )
         return self
 
     def wait_ready(self, models: list[str], timeout_s: float = 120.0) -> None:
         """Ready through the edge, as a client in its own namespace sees it."""
-        deadline = time.monotonic() + timeout_s
         paths = ["/v2/health/ready", *(f"/v2/models/{m}/ready" for m in models)]
         last = ""
-        while time.monotonic() < deadline:
+
+        def ready() -> bool:
+            nonlocal last
             try:
                 codes = [self.curl(self.url + p, timeout=2) for p in paths]
-                if all(code == "200" for code in codes):
-                    return
-                last = str(codes)
             except Exception as exc:
                 last = str(exc)
-            time.sleep(0.5)
-        raise TimeoutError(f"the mesh across namespaces was not ready: {last}")
+                return False
+            last = str(codes)
+            return all(code == "200" for code in codes)
+
+        wait_until(
+            ready,
+            timeout_s,
+            every=0.5,
+            failure=lambda: f"the mesh across namespaces was not ready: {last}",
+        )
 
     def curl(self, url: str, timeout: float = 5) -> str:
         argv = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", str(timeout), url]
         return self.lab.run("client", argv, {"PATH": os.environ["PATH"]}, timeout + 5)
 
     def stop(self) -> None:
-        self.lab.down()
+        if self.mesh is not None:
+            self.mesh.stop()  # the lab's processes, then the lab
+        else:
+            self.lab.down()

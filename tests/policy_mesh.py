@@ -231,15 +231,11 @@ def running_policy_mesh(
 ) -> Iterator[Mesh]:
     """A mesh on the policy repository: a scheduler, an ONNX Runtime worker, a Python worker
     (``slow``) and a gateway of ``processes`` processes with the admin token, both models ready."""
-    mesh = Mesh(redis_url, repo, log_dir=log_dir)
-    try:
+    with Mesh(redis_url, repo, log_dir=log_dir) as mesh:
         mesh.start_scheduler()
         mesh.start_worker("worker-onnx", "onnxruntime")
         mesh.start_worker("worker-python", "python")
         mesh.start_gateway(
             processes=processes, CONCH_GATEWAY_ADMIN_TOKEN=ADMIN_TOKEN, **gateway_env
         )
-        mesh.wait_ready(["simple", "slow"])
-        yield mesh
-    finally:
-        mesh.stop()
+        yield mesh.wait_ready(["simple", "slow"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 import pytest
@@ -17,6 +17,7 @@ from shared.fleet import streams
 from shared.model_config import ModelConfig, parse_pbtxt
 from shared.wire import envelope, keys
 from shared.wire.envelope import Batch, InferRequest, Reply, RequestHeader, Tensor
+from tests.waiting import eventually
 
 MODEL = "vq"
 VERSION = 1
@@ -51,18 +52,6 @@ def model_config(
         {dynamic}
         """
     )
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool], within: float = 3.0
-) -> T:
-    """Poll until ``ok(await probe())``; return the last value (the caller asserts on it)."""
-    end = time.monotonic() + within
-    while True:
-        value = await probe()
-        if ok(value) or time.monotonic() > end:
-            return value
-        await asyncio.sleep(0.005)
 
 
 async def force_stop(task: asyncio.Task[None], grace: float = 0.2) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,6 +15,7 @@ import redis.asyncio as aioredis
 
 from shared.wire import envelope, keys
 from shared.wire.envelope import Batch, InferRequest, Reply, Tensor
+from tests.waiting import until
 from workers.backend import Backend, Execution, LoadSpec, ModelInstance, ModelRequest, ModelResult
 from workers.service import WorkerService
 from workers.settings import WorkerSettings
@@ -110,17 +110,6 @@ def batch(*request_ids: str, deadline_in_ms: int = 30_000) -> bytes:
     )
 
 
-async def eventually(
-    probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool], within: float = 5.0
-) -> T:
-    end = time.monotonic() + within
-    while True:
-        value = await probe()
-        if ok(value) or time.monotonic() > end:
-            return value
-        await asyncio.sleep(0.02)
-
-
 async def replies(r: aioredis.Redis) -> list[Reply]:
     rows = await r.xrange(REPLIES)
     return [reply for _, f in rows for reply in envelope.decode_replies(f[keys.FIELD_DATA])]
@@ -144,13 +133,14 @@ class RunningWorker:
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.task = asyncio.create_task(self.service.run())
-        end = time.monotonic() + 20
-        while not self.service.ready.is_set():
-            if self.task.done():
-                self.task.result()
-            assert time.monotonic() < end, "the worker did not become ready"
-            await asyncio.sleep(0.02)
+        task = self.task = asyncio.create_task(self.service.run())
+
+        def ready() -> bool:
+            if task.done():
+                task.result()  # raises what stopped it
+            return self.service.ready.is_set()
+
+        assert await until(ready, 20), "the worker did not become ready"
 
     async def stop(self) -> None:
         self.backend.gate.set()

@@ -2,7 +2,7 @@
 
 ``appendonly yes`` with ``appendfsync everysec``: a restart replays the append-only file, so the
 streams, groups and pending entries the mesh had are back. Only loopback TCP (no Unix socket):
-the services reach it through the suite's own proxy (``tests/chaos/tcp_proxy.py``), and the
+the services reach it through the suite's own proxy (``tests/tcp_proxy.py``), and the
 suite reads it directly.
 """
 
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import redis
 
 from conch.ports import free_port
 from conch.private_redis import find_binary
+from tests.waiting import wait_until
 
 
 class AofRedis:
@@ -50,21 +50,26 @@ class AofRedis:
                 argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
             )
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2, socket_timeout=1)
-        deadline = time.monotonic() + timeout_s
+        process = self.process
+
+        def loaded() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"redis exited: {self.log()}")
+            try:
+                # Loading the AOF answers LOADING errors until it is done.
+                return bool(client.ping()) and client.info("persistence").get("loading") == 0
+            except redis.RedisError:
+                return False
+
         try:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"redis exited: {self.log()}")
-                try:
-                    # Loading the AOF answers LOADING errors until it is done.
-                    if client.ping() and client.info("persistence").get("loading") == 0:
-                        return self
-                except redis.RedisError:
-                    pass
-                time.sleep(0.02)
+            wait_until(
+                loaded,
+                timeout_s,
+                failure=lambda: f"redis did not answer on port {self.port}: {self.log()}",
+            )
         finally:
             client.close()
-        raise TimeoutError(f"redis did not answer on port {self.port}: {self.log()}")
+        return self
 
     def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
         assert self.process is not None

@@ -1,23 +1,20 @@
 """The mesh the chaos suite breaks: every service a real process, Envoy in front, on loopback.
 
-One AOF Redis behind the suite's TCP proxy (``tcp_proxy.py``: every service's connections go
+One AOF Redis behind the tests' TCP proxy (``tests.tcp_proxy``: every service's connections go
 through it, so Redis can be stalled or a connection cut half-open), one scheduler and two
 gateway processes on their own ports (as ``conch up`` starts them, each supervised: the suite
 restarts what it kills), two Python workers serving ``chaos_recorder`` (two instances each), the
-xDS control plane and Envoy. Each process runs in its own session, so a signal reaches it and
-its children (a Python worker's model processes) and nothing else.
+xDS control plane and Envoy. It is a ``tests.mesh.Mesh`` (each process in its own session, so a
+signal reaches it and its children, a Python worker's model processes, and nothing else; ``kill``,
+``signal``, ``restart``, ``dead_services``) with this topology and the suite's own checks.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -27,6 +24,8 @@ import redis
 from conch import envoy_edge
 from conch.ports import free_port
 from tests.chaos.aof_redis import AofRedis
+from tests.mesh import Mesh
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "chaos_recorder"
@@ -35,28 +34,23 @@ WORKERS = ("worker-a", "worker-b")
 GATEWAYS = ("gateway-a", "gateway-b")
 
 
-@dataclass
-class Service:
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    process: subprocess.Popen[bytes] | None = None
-    restarts: int = 0
-
-
-class ChaosMesh:
+class ChaosMesh(Mesh):
     def __init__(self, workdir: Path, repository: Path, envoy_path: str):
         self.workdir = workdir
-        self.repository = repository
         self.record_dir = workdir / "records"
-        self.log_dir = workdir / "logs"
         self.record_dir.mkdir(parents=True, exist_ok=True)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        (workdir / "logs").mkdir(parents=True, exist_ok=True)
         self.redis = AofRedis(workdir / "redis")
         self.proxy_port = free_port()
         self.proxy: subprocess.Popen[str] | None = None
-        self.services: dict[str, Service] = {}
         self.gateway_ports = {name: free_port() for name in GATEWAYS}
+        # Every service reaches Redis through the proxy.
+        super().__init__(
+            f"redis://127.0.0.1:{self.proxy_port}/0",
+            repository,
+            log_dir=workdir / "logs",
+            log_format="json",
+        )
         self.edge = envoy_edge.plan_edge(
             self.proxy_url,
             free_port(),
@@ -71,10 +65,10 @@ class ChaosMesh:
     @property
     def proxy_url(self) -> str:
         """What the services use: Redis through the proxy."""
-        return f"redis://127.0.0.1:{self.proxy_port}/0"
+        return self.redis_url
 
     @property
-    def url(self) -> str:
+    def url(self) -> str:  # type: ignore[override]
         """Envoy's public listener: where the load goes."""
         return self.edge.public_url
 
@@ -90,122 +84,47 @@ class ChaosMesh:
     def start(self) -> ChaosMesh:
         self.redis.start()
         self.proxy = subprocess.Popen(
-            [sys.executable, "-m", "tests.chaos.tcp_proxy", str(self.proxy_port),
-             str(self.redis.port)],
+            [sys.executable, "-m", "tests.tcp_proxy", str(self.proxy_port),
+             str(self.redis.port), "--control"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
             start_new_session=True,
         )  # fmt: skip
         assert self.proxy.stdout is not None
         assert self.proxy.stdout.readline().startswith("listening")
-        common = {
-            "CONCH_REDIS_URL": self.proxy_url,
-            "CONCH_LOG_FORMAT": "json",
-            "PYTHONUNBUFFERED": "1",
-        }
-        python = sys.executable
-        self._add(Service("scheduler", [python, "-m", "scheduler"],
-                          {**common, "CONCH_SCHEDULER_HEALTH_PORT": "0"}))  # fmt: skip
+        self.start_scheduler()
         for name in WORKERS:
-            self._add(
-                Service(
-                    name,
-                    [python, "-m", "workers", "--backend", "python"],
-                    {
-                        **common,
-                        "CONCH_WORKER_MODEL_REPOSITORY": str(self.repository),
-                        "CONCH_WORKER_HEALTH_PORT": "0",
-                        "CONCH_CHAOS_RECORD_DIR": str(self.record_dir),
-                        "CONCH_CHAOS_LABEL": name,
-                    },
-                )
+            self.start_worker(
+                name,
+                "python",
+                CONCH_CHAOS_RECORD_DIR=str(self.record_dir),
+                CONCH_CHAOS_LABEL=name,
             )
         for name in GATEWAYS:
-            self._add(
-                Service(
-                    name,
-                    [python, "-m", "gateway"],
-                    {
-                        **common,
-                        "CONCH_GATEWAY_HOST": "127.0.0.1",
-                        "CONCH_GATEWAY_ADVERTISE_HOST": "127.0.0.1",
-                        "CONCH_GATEWAY_HTTP_PORT": str(self.gateway_ports[name]),
-                        "CONCH_GATEWAY_PROCESSES": "1",
-                        "CONCH_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN,
-                        "PROMETHEUS_MULTIPROC_DIR": str(self.workdir / f"metrics-{name}"),
-                    },
-                )
+            self.start_gateway(
+                1,
+                name,
+                CONCH_GATEWAY_ADVERTISE_HOST="127.0.0.1",
+                CONCH_GATEWAY_HTTP_PORT=str(self.gateway_ports[name]),
+                CONCH_GATEWAY_ADMIN_TOKEN=ADMIN_TOKEN,
+                PROMETHEUS_MULTIPROC_DIR=str(self.workdir / f"metrics-{name}"),
             )
-        for name in self.services:
-            self.launch(name)
-        self.wait_ready()
-        self._add(Service("controlplane", self.edge.controlplane.argv,
-                          {**common, **self.edge.controlplane.env}))  # fmt: skip
-        self.launch("controlplane")
-        _wait_http(self.edge.controlplane_health_url, 60, self)
-        self._add(Service("envoy", self.edge.envoy.argv, self.edge.envoy.env))
-        self.launch("envoy")
-        _wait_http(self.edge.ready_url, 60, self)
+        # Every gateway answers that the model is ready.
+        self.wait_ready([MODEL], 90, urls=[self.gateway_url(g) for g in GATEWAYS])
+        self.start_process("controlplane", self.edge.controlplane.argv, self.edge.controlplane.env)
+        self.wait_http(self.edge.controlplane_health_url, 60)
+        self.start_process("envoy", self.edge.envoy.argv, self.edge.envoy.env)
+        self.wait_http(self.edge.ready_url, 60)
         self.wait_serving(60)
         return self
 
-    def _add(self, service: Service) -> None:
-        self.services[service.name] = service
-
-    def launch(self, name: str) -> None:
-        service = self.services[name]
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
-        service.process = subprocess.Popen(
-            service.argv,
-            env={**os.environ, **service.env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            start_new_session=True,
-        )
-        log.close()
-
     def stop(self) -> None:
-        for name in reversed(list(self.services)):
-            self.signal(name, signal.SIGCONT)
-            self.signal(name, signal.SIGTERM)
-        for service in self.services.values():
-            if service.process is None:
-                continue
-            try:
-                service.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(service.process.pid, signal.SIGKILL)
-                service.process.wait(timeout=5)
+        super().stop()
         if self.proxy is not None:
             self.proxy.kill()
             self.proxy.wait(timeout=5)
         self.redis.stop()
 
     # --- faults' tools ---------------------------------------------------------------------
-
-    def pid(self, name: str) -> int:
-        process = self.services[name].process
-        assert process is not None
-        return process.pid
-
-    def signal(self, name: str, sig: signal.Signals) -> None:
-        """``sig`` to the service's whole process group (a worker and its model processes)."""
-        process = self.services[name].process
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, sig)
-
-    def kill(self, name: str) -> None:
-        self.signal(name, signal.SIGKILL)
-        process = self.services[name].process
-        assert process is not None
-        process.wait(timeout=30)
-
-    def restart(self, name: str) -> None:
-        """As ``conch up``'s supervisor does for a service that died."""
-        self.services[name].restarts += 1
-        self.launch(name)
 
     @contextlib.contextmanager
     def holding(self, worker: str, timeout_s: float = 20.0) -> Iterator[None]:
@@ -216,11 +135,12 @@ class ChaosMesh:
             marker.unlink()
         hold.touch()
         try:
-            deadline = time.monotonic() + timeout_s
-            while not any(self.record_dir.glob(f"holding-{worker}-*")):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{worker} took no batch within {timeout_s} s")
-                time.sleep(0.005)
+            wait_until(
+                lambda: any(self.record_dir.glob(f"holding-{worker}-*")),
+                timeout_s,
+                every=0.005,
+                failure=f"{worker} took no batch within {timeout_s} s",
+            )
             yield
         finally:
             hold.unlink(missing_ok=True)
@@ -233,66 +153,33 @@ class ChaosMesh:
 
     # --- health ----------------------------------------------------------------------------
 
-    def dead_services(self) -> list[str]:
-        return [
-            name
-            for name, service in self.services.items()
-            if service.process is None or service.process.poll() is not None
-        ]
-
-    def wait_ready(self, timeout_s: float = 90.0) -> None:
-        """Every gateway answers that the model is ready."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self._raise_if_dead()
-            try:
-                if all(
-                    httpx.get(
-                        f"{self.gateway_url(g)}/v2/models/{MODEL}/ready", timeout=1
-                    ).status_code
-                    == 200
-                    for g in GATEWAYS
-                ):
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"mesh not ready within {timeout_s} s: {self.tails()}")
-
     def wait_serving(self, timeout_s: float) -> None:
         """An inference through Envoy and through each gateway answers correctly."""
-        deadline = time.monotonic() + timeout_s
         last = ""
-        while time.monotonic() < deadline:
-            self._raise_if_dead()
+
+        def serving() -> bool:
+            nonlocal last
+            self.raise_if_dead()
             try:
-                if all(
+                return all(
                     probe(base, 999_000_000 + i)
                     for i, base in enumerate([self.url, *map(self.gateway_url, GATEWAYS)])
-                ):
-                    return
+                )
             except httpx.HTTPError as exc:
                 last = repr(exc)
-            time.sleep(0.2)
-        raise TimeoutError(f"mesh not serving within {timeout_s} s ({last}): {self.tails()}")
+                return False
 
-    def _raise_if_dead(self) -> None:
-        dead = self.dead_services()
-        if dead:
-            raise RuntimeError(f"{dead} exited: {self.tails()}")
+        wait_until(
+            serving,
+            timeout_s,
+            every=0.2,
+            failure=lambda: f"mesh not serving within {timeout_s} s ({last}): {self.logs()}",
+        )
 
-    def tails(self, names: list[str] | None = None, chars: int = 2500) -> str:
-        out = []
-        for name in names or list(self.services):
-            path = self.log_dir / f"{name}.log"
-            if path.exists():
-                out.append(f"--- {name}\n{path.read_text(errors='replace')[-chars:]}")
-        return "\n".join(out)
-
-    def processes(self) -> dict[str, psutil.Process]:
+    def process_tree(self) -> dict[str, psutil.Process]:
         """Every process of the mesh by a stable label (model processes under their worker)."""
         found: dict[str, psutil.Process] = {}
-        owners: dict[str, int | None] = {name: self.pid(name) for name in self.services}
+        owners: dict[str, int | None] = {name: self.pid(name) for name in self.processes}
         owners["redis"] = self.redis.process.pid if self.redis.process else None
         owners["proxy"] = self.proxy.pid if self.proxy else None
         for name, pid in owners.items():
@@ -316,14 +203,3 @@ def probe(base: str, number: int) -> bool:
 
 def _id_input(number: int) -> dict[str, object]:
     return {"name": "ID", "shape": [1, 1], "datatype": "INT64", "data": [number]}
-
-
-def _wait_http(url: str, timeout_s: float, mesh: ChaosMesh) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        mesh._raise_if_dead()
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} not ready within {timeout_s} s: {mesh.tails()}")

@@ -31,6 +31,7 @@ from tests.chaos.verdict import (
     orphans_after_settling,
     stream_figures,
 )
+from tests.waiting import eventually_sync
 
 TENANTS = {"gold": 1, "bronze": 3}  # tenant -> its priority level
 RSS_GROWTH_LIMIT = 0.10
@@ -62,7 +63,7 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
             now = time.monotonic()
-            for label, process in self.mesh.processes().items():
+            for label, process in self.mesh.process_tree().items():
                 try:
                     rss = process.memory_info().rss
                 except Exception:
@@ -145,15 +146,14 @@ def keys_after_traffic(mesh: ChaosMesh, baseline: set[str]) -> tuple[int, list[s
     A key that expires within that bound is not a leak: Redis deletes it on time whatever
     happens to the mesh, and a request's ``admitted`` mark is meant to last until its
     deadline (waiting for those to go cost the short soak 30 s)."""
-    deadline = time.monotonic() + KEYS_SETTLE_S
-    while True:
+
+    def count_and_lasting() -> tuple[int, list[str]]:
         now = redis_keys(mesh)
         live = live_service_ids(mesh)
         extra = sorted(k for k in now - baseline if not any(i in k for i in live))
-        lasting = _outliving(mesh, extra, KEYS_SETTLE_S)
-        if not lasting or time.monotonic() > deadline:
-            return len(now), lasting
-        time.sleep(2)
+        return len(now), _outliving(mesh, extra, KEYS_SETTLE_S)
+
+    return eventually_sync(count_and_lasting, lambda found: not found[1], KEYS_SETTLE_S, every=2)
 
 
 def _outliving(mesh: ChaosMesh, names: list[str], bound_s: float) -> list[str]:

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
 
 def _check(mesh: ChaosMesh, verdict_failures: dict[str, int], summary: str) -> None:
-    assert not verdict_failures, f"{summary}\nservice logs:\n{mesh.tails(chars=800)}"
+    assert not verdict_failures, f"{summary}\nservice logs:\n{mesh.logs(chars=800)}"
 
 
 @pytest.mark.parametrize("name", list(FAULTS))

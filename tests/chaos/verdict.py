@@ -14,7 +14,6 @@ orphans            entries left in the model's streams (queued, pending, dead-le
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,6 +22,7 @@ import redis
 from tests.chaos.chaos_mesh import MODEL
 from tests.chaos.ledger import Ledger
 from tests.chaos.load import Outcome, tally
+from tests.waiting import eventually_sync
 
 
 @dataclass
@@ -152,13 +152,14 @@ def orphans_after_settling(
     """Wait until the model's streams hold no more queued or pending entries than before the
     run (zero, unless an earlier run left some), or report what stays: queued entries, pending
     entries and dead letters this run added (none may remain once its traffic ended)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def added() -> dict[str, int]:
         now = stream_figures(client)
-        added = {k: max(0, now[k] - before.get(k, 0)) for k in now}
-        if (added["queued"] == 0 and added["pending"] == 0) or time.monotonic() > deadline:
-            return added
-        time.sleep(0.5)
+        return {k: max(0, now[k] - before.get(k, 0)) for k in now}
+
+    return eventually_sync(
+        added, lambda a: a["queued"] == 0 and a["pending"] == 0, timeout_s, every=0.5
+    )
 
 
 def _after_fault(outcome: Outcome, cut_moments: list[float]) -> str:

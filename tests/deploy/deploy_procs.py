@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from conch.ports import free_port
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = Path(__file__).resolve().parent / "standin_gateway.py"
@@ -95,15 +96,19 @@ def start_gateway(
     return Proc(name, GATEWAY_COMMANDS[kind], env, log_dir), port
 
 
+def _raise_if_exited(proc: Proc | None) -> None:
+    if proc is not None and not proc.alive():
+        raise RuntimeError(f"{proc.name} exited: {proc.log()}")
+
+
 def wait_port(port: int, timeout: float, proc: Proc | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        if proc is not None and not proc.alive():
-            raise RuntimeError(f"{proc.name} exited: {proc.log()}")
-        time.sleep(0.02)
-    raise TimeoutError(f"port {port} not open after {timeout}s")
+            return True
+        _raise_if_exited(proc)
+        return False
+
+    wait_until(listening, timeout, failure=f"port {port} not open after {timeout}s")
 
 
 def get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
@@ -122,14 +127,18 @@ def get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
 
 
 def wait_http(url: str, timeout: float, proc: Proc | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         if get(url, 0.5)[0] == 200:
-            return
-        if proc is not None and not proc.alive():
-            raise RuntimeError(f"{proc.name} exited: {proc.log()}")
-        time.sleep(0.05)
-    raise TimeoutError(f"{url} not 200 after {timeout}s" + (f": {proc.log()}" if proc else ""))
+            return True
+        _raise_if_exited(proc)
+        return False
+
+    wait_until(
+        answers,
+        timeout,
+        every=0.05,
+        failure=lambda: f"{url} not 200 after {timeout}s" + (f": {proc.log()}" if proc else ""),
+    )
 
 
 def cluster_hosts(admin_url: str, cluster: str) -> dict[int, bool]:
@@ -151,17 +160,6 @@ def cluster_hosts(admin_url: str, cluster: str) -> dict[int, bool]:
             )  # fmt: skip
             hosts[int(port)] = usable
     return hosts
-
-
-def wait_until(predicate: object, timeout: float, step: float = 0.02) -> float:
-    """Seconds until ``predicate()`` held; raises TimeoutError after ``timeout``."""
-    start = time.monotonic()
-    while True:
-        if predicate():  # type: ignore[operator]
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            raise TimeoutError(f"condition not met within {timeout}s")
-        time.sleep(step)
 
 
 class Edge:

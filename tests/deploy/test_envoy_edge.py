@@ -17,6 +17,8 @@ from pathlib import Path
 import deploy_procs as procs
 import pytest
 
+from tests.waiting import wait_until
+
 pytestmark = pytest.mark.slow
 
 CLUSTER = "conch_gateways"
@@ -45,9 +47,7 @@ def _start_gateways(
     started = [procs.start_gateway(name, edge_redis_url, log_dir, kind) for name in names]
     for proc, port in started:
         procs.wait_port(port, 30, proc)  # the real gateway's imports take seconds on 2 cores
-        procs.wait_until(
-            lambda p=port: procs.get(f"http://127.0.0.1:{p}/v2/health/live")[0] == 200, 30
-        )  # type: ignore[misc]
+        wait_until(lambda p=port: procs.get(f"http://127.0.0.1:{p}/v2/health/live")[0] == 200, 30)  # type: ignore[misc]
     return started
 
 
@@ -60,17 +60,17 @@ def test_envoy_follows_gateways_without_failed_requests(
     )
     c = None
     try:
-        procs.wait_until(lambda: _usable(edge).get(port_a) and _usable(edge).get(port_b), 5)
+        wait_until(lambda: _usable(edge).get(port_a) and _usable(edge).get(port_b), 5)
         with procs.Traffic(edge.plan.public_url) as traffic:
             time.sleep(0.5)
             killed_at = time.monotonic()
             a.signal(signal.SIGKILL)
-            gone = procs.wait_until(lambda: not _usable(edge).get(port_a, False), FOLLOW_S + 1)
+            gone = wait_until(lambda: not _usable(edge).get(port_a, False), FOLLOW_S + 1)
 
             # Joining is timed from the moment the new gateway listens (it registers then);
             # how long its own process takes to start is not Envoy's to follow.
             ((c, port_c),) = _start_gateways(["gateway-c"], edge_redis_url, log_dir, kind)
-            joined = procs.wait_until(lambda: _usable(edge).get(port_c, False), FOLLOW_S + 3)
+            joined = wait_until(lambda: _usable(edge).get(port_c, False), FOLLOW_S + 3)
             time.sleep(0.5)
 
         assert gone <= FOLLOW_S, f"Envoy kept routing to the killed gateway for {gone:.2f}s"
@@ -88,9 +88,7 @@ def test_envoy_follows_gateways_without_failed_requests(
         assert edge.envoy.alive() and edge.envoy.pid == envoy_pid
         # The killed gateway's registration expires (3 s), and after the grace for a late
         # heartbeat its endpoint leaves EDS.
-        procs.wait_until(
-            lambda: port_a not in _usable(edge), 3.0 + procs.GATEWAY_GRACE_S + FOLLOW_S
-        )
+        wait_until(lambda: port_a not in _usable(edge), 3.0 + procs.GATEWAY_GRACE_S + FOLLOW_S)
         assert set(_usable(edge)) >= {port_b, port_c}
         print(
             f"kill->unrouted {gone:.2f}s, listening->routed {joined:.2f}s, "
@@ -107,9 +105,9 @@ def test_graceful_leave_removes_endpoint_within_2s(
 ) -> None:
     ((gateway, port),) = _start_gateways(["gateway-leaving"], edge_redis_url, log_dir, kind)
     try:
-        procs.wait_until(lambda: _usable(edge).get(port, False), 5)
+        wait_until(lambda: _usable(edge).get(port, False), 5)
         gateway.signal(signal.SIGTERM)  # deregisters, then exits
-        took = procs.wait_until(lambda: port not in _usable(edge), FOLLOW_S + 1)
+        took = wait_until(lambda: port not in _usable(edge), FOLLOW_S + 1)
         assert took <= FOLLOW_S
     finally:
         gateway.stop()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import deploy_procs as procs
@@ -22,18 +22,9 @@ from controlplane import resources
 from controlplane.service import ControlPlane
 from controlplane.settings import ControlPlaneSettings
 from controlplane.snapshot import InvalidSnapshot
+from tests.waiting import eventually, until
 
 pytestmark = pytest.mark.slow
-
-
-async def _until(predicate: Callable[[], bool], within_s: float) -> None:
-    """Poll while yielding to the event loop, which serves the xDS stream meanwhile."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while not predicate():
-        if loop.time() > deadline:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.02)
 
 
 async def _public_ok(url: str) -> bool:
@@ -82,13 +73,15 @@ async def harness(edge_redis_url: str, log_dir: Path, envoy_path: str) -> AsyncI
     envoy = procs.Proc("envoy", plan.envoy.argv, plan.envoy.env, log_dir)
     try:
         await asyncio.to_thread(procs.wait_port, gateway_port, 10, gateway)
-        await _until(lambda: envoy.alive(), 1)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 15
-        while not await _public_ok(plan.public_url):
+        assert await until(lambda: envoy.alive(), 1)
+
+        async def public_ok() -> bool:
+            if await _public_ok(plan.public_url):
+                return True
             assert envoy.alive(), envoy.log()
-            assert loop.time() < deadline, envoy.log()
-            await asyncio.sleep(0.05)
+            return False
+
+        assert await eventually(public_ok, bool, within=15, every=0.05), envoy.log()
         yield Harness(plane, plan, gateway_port)
     finally:
         envoy.stop()
@@ -118,7 +111,7 @@ async def test_invalid_update_is_never_sent_and_a_nack_keeps_the_last_good_confi
     # Forced past validation, Envoy itself rejects it and keeps serving the old listener.
     caplog.set_level(logging.WARNING, logger="controlplane.ads")
     store.propose(resources.build(bad, harness.endpoints), check=False)
-    await _until(lambda: harness.count("nacks", "Listener") >= 1, 5)
+    assert await until(lambda: harness.count("nacks", "Listener") >= 1, 5)
     assert "envoy rejected config" in caplog.text
     # Envoy's own reason is in the log record.
     assert any("65535" in str(getattr(r, "error", "")) for r in caplog.records)
@@ -127,7 +120,7 @@ async def test_invalid_update_is_never_sent_and_a_nack_keeps_the_last_good_confi
     # The next good snapshot is accepted.
     acks = harness.count("acks", "Listener")
     plane.publish(harness.endpoints)
-    await _until(lambda: harness.count("acks", "Listener") > acks, 5)
+    assert await until(lambda: harness.count("acks", "Listener") > acks, 5)
     assert await _public_ok(harness.plan.public_url)
 
 
@@ -143,7 +136,7 @@ async def test_replacing_the_cluster_is_make_before_break(harness: Harness) -> N
         assert store.current is not None
         assert old_name in store.current.resources[resources.CLUSTER]
         # ...and dropped once Envoy ACKed the listener and routes that no longer use it.
-        await _until(lambda: store.retired == [], 5)
+        assert await until(lambda: store.retired == [], 5)
         assert old_name not in store.current.resources[resources.CLUSTER]
         admin = harness.plan.admin_url
 
@@ -152,7 +145,7 @@ async def test_replacing_the_cluster_is_make_before_break(harness: Harness) -> N
                 procs.cluster_hosts(admin, "conch_gateways_b").values()
             )
 
-        await _until(old_cluster_gone, 5)
+        assert await until(old_cluster_gone, 5)
         await asyncio.sleep(0.3)
     assert len(traffic.results) > 20
     assert traffic.failures() == []

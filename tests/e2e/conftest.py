@@ -16,10 +16,5 @@ def mesh(
     redis_server: PrivateRedis, model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Mesh]:
     flush_database(redis_server.url)
-    mesh = Mesh(redis_server.url, model_repository, log_dir=tmp_path_factory.mktemp("logs"))
-    try:
-        mesh.start_all()
-        mesh.wait_ready(["simple", "mlp"])
-        yield mesh
-    finally:
-        mesh.stop()
+    with Mesh(redis_server.url, model_repository, log_dir=tmp_path_factory.mktemp("logs")) as mesh:
+        yield mesh.start_all().wait_ready(["simple", "mlp"])

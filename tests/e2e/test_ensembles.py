@@ -33,6 +33,7 @@ from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from shared.wire import keys
 from tests.mesh import Mesh, flush_database
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -182,10 +183,8 @@ def _state_keys(url: str, model: str) -> list[bytes]:
 
 
 def _wait_no_state(url: str, model: str, timeout_s: float = 10.0) -> list[bytes]:
-    deadline = time.monotonic() + timeout_s
-    while (left := _state_keys(url, model)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return left
+    """The run-state keys left once none were, or ``timeout_s`` passed."""
+    return eventually_sync(lambda: _state_keys(url, model), lambda left: not left, timeout_s, 0.1)
 
 
 def test_ensemble_output_equals_its_steps_run_in_process(ens_mesh: EnsembleMesh) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -19,7 +18,6 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from gateway.runtime import heartbeat as gateway_heartbeat
 from shared.fleet import heartbeats, readiness
@@ -28,18 +26,11 @@ from shared.runtime import redis_conn
 from shared.runtime.clock import now_ms
 from shared.runtime.deferred_replies import DeferredPipeline, commands_of
 from shared.wire import keys
-from tests import delay_proxy
 from tests.tcp_proxy import TcpProxy
+from tests.waiting import until_sync
 
 TTL_MS = 3_000  # the contract's TTL
 INTERVAL_MS = 200  # beats much more often than the contract's 1 s, so the test is short
-
-
-def _wait_until(check: object, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "not within the bound"
-        time.sleep(0.02)
 
 
 def test_a_beat_is_read_at_the_next_one_and_errors_surface_there(redis_url: str) -> None:
@@ -55,7 +46,8 @@ def test_a_beat_is_read_at_the_next_one_and_errors_surface_there(redis_url: str)
         pipe.incr("dr:int")
         deferred.send(commands_of(pipe))
         assert deferred.pending == 3
-        _wait_until(deferred.replies_ready)  # all three replies buffered: settle cannot block
+        # all three replies buffered: settle cannot block
+        assert until_sync(deferred.replies_ready, 10), "not within the bound"
         with pytest.raises(redis.ResponseError):
             deferred.settle()
         assert deferred.pending == 0
@@ -105,13 +97,9 @@ def _delayed(tcp_url: str, tmp_path: Path, delay_ms: int) -> str:
     assert parts.scheme == "redis" and parts.port, tcp_url
     delay_file = tmp_path / "delay"
     delay_file.write_text(str(delay_ms))
-    port = free_port()
-    listen, target = f"127.0.0.1:{port}", f"{parts.hostname}:{parts.port}"
-    threading.Thread(
-        target=delay_proxy.main, args=(listen, target, str(delay_file)), daemon=True
-    ).start()
-    url = urlunsplit(parts._replace(netloc=listen))
-    _wait_until(lambda: _answers(url))
+    proxy = TcpProxy(str(parts.hostname), parts.port, delay_file=delay_file).start()
+    url = urlunsplit(parts._replace(netloc=f"{proxy.host}:{proxy.port}"))
+    assert until_sync(lambda: _answers(url), 10), "not within the bound"
     return url
 
 
@@ -141,14 +129,17 @@ def test_the_thread_refreshes_the_registry_and_its_lock_means_landed(
     thread.start()
     try:
         registry = keys.service_registry("scheduler")
-        _wait_until(lambda: thread.beats >= 2)
+        assert until_sync(lambda: thread.beats >= 2, 10), "not within the bound"
         first = check.zscore(registry, "deferred-s")
-        _wait_until(lambda: (check.zscore(registry, "deferred-s") or 0) > (first or 0))
+        assert until_sync(lambda: (check.zscore(registry, "deferred-s") or 0) > (first or 0), 10), (
+            "not within the bound"
+        )
         expiry = check.zscore(registry, "deferred-s")
         assert expiry is not None and expiry > now_ms()  # live, refreshed beat after beat
         for _ in range(2):
             sent = len(marks)
-            _wait_until(lambda sent=sent: len(marks) > sent)  # a beat just went out
+            # a beat just went out
+            assert until_sync(lambda sent=sent: len(marks) > sent, 10), "not within the bound"
             with thread.lock:  # what a service stopping an announcement takes
                 # Every beat computed so far has landed: Redis counted each one sent.
                 assert int(check.get("dr:thread-beats") or 0) == len(marks)
@@ -179,7 +170,7 @@ def test_the_thread_counts_a_failed_beat_and_beats_again(redis_url: str) -> None
     )  # fmt: skip
     thread.start()
     try:
-        _wait_until(lambda: len(calls) >= 5)
+        assert until_sync(lambda: len(calls) >= 5, 10), "not within the bound"
         with thread.lock:
             # Every beat but the failed one landed (and was counted as landed).
             assert thread.beats == len(calls) - 1
@@ -241,7 +232,7 @@ def test_a_workers_beats_keep_its_versions_ready(redis_url: str) -> None:
             seen.add(check.zscore(ready_key, "deferred-ready") or 0)
             return len(seen) >= 4  # three refreshes after the first
 
-        _wait_until(advanced)
+        assert until_sync(advanced, 10), "not within the bound"
         assert max(seen) > now_ms()  # ready: its mark expires in the future
         assert check.hget(keys.instances("deferred-model", 1), "deferred-ready") == b"2"
     finally:

@@ -25,8 +25,9 @@ from shared.runtime import redis_conn
 from shared.wire import envelope, keys
 from shared.wire.envelope import InferRequest, RequestHeader, Tensor
 from shared.wire.errors import ErrorCode
-from tests.queue_harness import MODEL, VERSION, Harness, eventually, model_config
+from tests.queue_harness import MODEL, VERSION, Harness, model_config
 from tests.tcp_proxy import TcpProxy
+from tests.waiting import eventually
 
 
 @pytest.fixture

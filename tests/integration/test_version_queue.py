@@ -17,10 +17,10 @@ from tests.queue_harness import (
     MODEL,
     REPLY_TO,
     VERSION,
-    eventually,
     force_stop,
     model_config,
 )
+from tests.waiting import eventually
 
 # --- batches and dispatch ----------------------------------------------------------------------
 

@@ -19,13 +19,13 @@ from shared import metrics
 from shared.runtime import clock
 from shared.wire import keys
 from tests.tcp_proxy import TcpProxy
+from tests.waiting import eventually
 from tests.worker_harness import (
     BATCHES,
     MODEL,
     VERSION,
     RunningWorker,
     batch,
-    eventually,
     replies,
     write_repository,
 )
@@ -82,7 +82,7 @@ async def test_an_undecodable_batch_is_dead_lettered_at_once(workers, repository
     assert worker.backend.executed == []
     # The instance is free again: the next batch runs.
     await aredis.xadd(BATCHES, {keys.FIELD_DATA: batch("after")})
-    got = await eventually(lambda: replies(aredis), lambda r: len(r) == 1)
+    got = await eventually(lambda: replies(aredis), lambda r: len(r) == 1, within=5.0)
     assert [(r.id, r.error_code) for r in got] == [("after", "")]
 
 
@@ -119,7 +119,7 @@ async def test_a_late_owners_ack_and_statistics_are_dropped(workers, repository,
     assert await asyncio.to_thread(worker.backend.entered.wait, 5)
     await aredis.xclaim(BATCHES, keys.WORKER_GROUP, "worker-other", 0, [entry_id])
     worker.backend.gate.set()
-    await eventually(lambda: _late(late, before), lambda n: n >= 1)
+    await eventually(lambda: _late(late, before), lambda n: n >= 1, within=5.0)
     assert late._value.get() - before == 1
     rows = await aredis.xpending_range(BATCHES, keys.WORKER_GROUP, "-", "+", 10)
     assert [(r["message_id"], r["consumer"]) for r in rows] == [(entry_id, b"worker-other")]
@@ -170,7 +170,7 @@ async def test_an_instance_is_unloaded_only_once_its_batch_has_run(
     await asyncio.wait_for(stopping, 10)
     assert worker.backend.unloads == 1
     assert not worker.backend.unloaded_while_running
-    got = await eventually(lambda: replies(aredis), lambda r: len(r) == 1)
+    got = await eventually(lambda: replies(aredis), lambda r: len(r) == 1, within=5.0)
     assert [(r.id, r.error_code) for r in got] == [("in-flight", "")]
 
 

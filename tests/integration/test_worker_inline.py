@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from shared.wire import keys
+from tests.waiting import eventually
 from tests.worker_harness import (
     BATCHES,
     MODEL,
@@ -21,7 +22,6 @@ from tests.worker_harness import (
     GateBackend,
     RunningWorker,
     batch,
-    eventually,
     replies,
     write_repository,
 )
@@ -71,7 +71,7 @@ async def test_batches_run_inline_after_the_first_and_each_is_answered_and_acked
     _, threads = worker
     for n in range(4):
         await aredis.xadd(BATCHES, {keys.FIELD_DATA: batch(f"a{n}", f"b{n}", f"c{n}")})
-        await eventually(lambda: replies(aredis), lambda r, n=n: len(r) == 3 * (n + 1))
+        await eventually(lambda: replies(aredis), lambda r, n=n: len(r) == 3 * (n + 1), within=5.0)
     got = await replies(aredis)
     assert [r.id for r in got] == [f"{x}{n}" for n in range(4) for x in "abc"]
     assert [(r.error_code, r.error) for r in got if r.error_code] == []
@@ -89,8 +89,8 @@ async def test_batches_run_inline_after_the_first_and_each_is_answered_and_acked
 async def test_an_expired_request_is_answered_without_running_inline(worker, aredis) -> None:
     _, threads = worker
     await aredis.xadd(BATCHES, {keys.FIELD_DATA: batch("warm")})
-    await eventually(lambda: replies(aredis), lambda r: len(r) == 1)
+    await eventually(lambda: replies(aredis), lambda r: len(r) == 1, within=5.0)
     await aredis.xadd(BATCHES, {keys.FIELD_DATA: batch("late", deadline_in_ms=-1)})
-    got = await eventually(lambda: replies(aredis), lambda r: len(r) == 2)
+    got = await eventually(lambda: replies(aredis), lambda r: len(r) == 2, within=5.0)
     assert got[1].id == "late" and got[1].error_code == "UNAVAILABLE"
     assert len(threads) == 1, "an expired request never runs"

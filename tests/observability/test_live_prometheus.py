@@ -31,6 +31,7 @@ from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from shared import metrics
 from tests.mesh import Mesh, flush_database, needs_prometheus
+from tests.waiting import until_sync
 
 pytestmark = [pytest.mark.e2e, needs_prometheus]
 
@@ -192,16 +193,19 @@ def live(
 
 
 def _wait_for(live: Live, expr: str, ok, what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
     value = None
-    while time.monotonic() < deadline:
+
+    def met() -> bool:
+        nonlocal value
         result = live.query(expr)
         if result:
             value = float(result[0]["value"][1])
-            if ok(value):
-                return
-        time.sleep(0.25)
-    raise AssertionError(f"{what}: {expr} = {value} after {timeout_s} s\n{live.mesh.logs()}")
+            return ok(value)
+        return False
+
+    assert until_sync(met, timeout_s, every=0.25), (
+        f"{what}: {expr} = {value} after {timeout_s} s\n{live.mesh.logs()}"
+    )
 
 
 def _panel_queries() -> list[tuple[str, str, str]]:
