@@ -2,11 +2,13 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip install --disable-pip-version-check -q
+# Every install takes its versions from the one constraints file the images use too.
+CONSTRAINTS ?= docker/constraints.txt
+PIP := $(PY) -m pip install --disable-pip-version-check -q --constraint $(CONSTRAINTS)
 PORT ?= 8000
 REPO ?= examples/model_repository
-# torch is pinned: this exact version is the CPU build; an open range would pull CUDA wheels.
-TORCH ?= torch==2.13.0
+# torch's version is the constraints file's (the CPU build here; the GPU images choose theirs).
+TORCH ?= torch
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: up install install-test models test chaos lint bench prometheus
@@ -45,6 +47,8 @@ CLUSTER_SUBSET ?= tests/e2e/test_spine.py tests/e2e/test_grpc.py tests/e2e/test_
 	tests/e2e/test_policy.py tests/e2e/test_front_door.py
 test: install-test
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest
 	$(PY) -m pytest --redis-cluster $(CLUSTER_SUBSET)
 

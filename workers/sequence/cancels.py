@@ -22,11 +22,12 @@ import redis.asyncio as aioredis
 
 from shared import lua, metrics
 from shared.fleet.cancel_listener import CancelledRequests
+from shared.fleet.cancel_marks import CANCELLED_TEXT
 from shared.fleet.publish import queue_replies
 from shared.wire import envelope, keys, sequence_params
 from shared.wire.envelope import InferRequest, Reply
 from shared.wire.errors import ErrorCode
-from workers.batches.cancel_check import CANCELLED_TEXT, WAITED_MS, cancelled_ids
+from workers.batches.cancel_check import WAITED_MS, cancelled_ids
 from workers.sequence.store import Head, SequenceStore
 
 log = logging.getLogger(__name__)
