@@ -28,13 +28,13 @@ from gateway.core.caller import ANONYMOUS_CALLER, Caller
 from gateway.core.cancellation import cancel_request
 from gateway.core.in_flight import InFlightLimit
 from gateway.core.model_table import ModelTable
+from gateway.core.request import ParsedRequest
 from gateway.core.request_tally import record_request
 from gateway.core.sequence_admission import SequenceAdmission, check_request, sequence_request
 from gateway.core.validation import ValidRequest, validate
 from gateway.extensions.around_infer import InferExtensions
 from gateway.extensions.response_cache import ResponseCache
 from gateway.extensions.trace_settings import TraceSettings, start_span
-from gateway.rest.codec import ParsedRequest
 from gateway.routing.version_router import VersionRouter
 from shared import lua, metrics
 from shared.fleet import submission

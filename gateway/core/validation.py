@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.rest.codec import ParsedRequest, RequestedOutput
+from gateway.core.request import ParsedRequest, RequestedOutput
 from shared.model_config import ModelConfig
 from shared.model_config.input_check import check_inputs
 from shared.wire import tensors

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import msgspec
 import redis.asyncio as aioredis
 
+from gateway.core.request import ParsedRequest, check_binary
 from gateway.extensions import classification, header_forwarding
 from gateway.extensions.shared_memory import OutputTarget, Registration, SharedMemoryManager
 from gateway.extensions.shm_params import ShmRef, shm_ref
-from gateway.rest.codec import ParsedRequest, check_binary
 from shared.fleet import labels
 from shared.model_config import ModelConfig
 from shared.wire.envelope import Tensor

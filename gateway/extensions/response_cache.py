@@ -33,9 +33,9 @@ import redis.asyncio as aioredis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from gateway.core.request import ParsedRequest
 from gateway.core.validation import ValidRequest
 from gateway.extensions.cache_stats import CacheStats
-from gateway.rest.codec import ParsedRequest
 from shared.model_config import ModelConfig
 from shared.wire import envelope
 from shared.wire.envelope import Tensor

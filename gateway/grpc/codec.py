@@ -11,8 +11,8 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
+from gateway.core.request import ParsedRequest, RequestedOutput, check_binary
 from gateway.extensions.shm_params import ShmRef, shm_ref
-from gateway.rest.codec import ParsedRequest, RequestedOutput, check_binary
 from shared.wire import datatypes, sequence_params, tensors
 from shared.wire.envelope import Tensor
 from shared.wire.errors import invalid

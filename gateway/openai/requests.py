@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
+from gateway.core.request import ParsedRequest
 from gateway.openai.errors import OpenAIError
-from gateway.rest.codec import ParsedRequest
 from shared.wire import tensors
 from shared.wire.envelope import Tensor
 

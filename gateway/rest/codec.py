@@ -6,11 +6,11 @@ once, here. Responses put binary outputs after the JSON header, as Triton does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from gateway.core.request import ParsedRequest, RequestedOutput, check_binary
 from gateway.extensions.shm_params import REGION, ShmRef, shm_ref
 from shared.wire import datatypes, tensors
 from shared.wire.envelope import Tensor
@@ -41,28 +41,6 @@ class _RequestJSON(msgspec.Struct):
 
 _decode_request = msgspec.json.Decoder(_RequestJSON).decode
 _json = msgspec.json.Encoder()
-
-
-@dataclass
-class RequestedOutput:
-    name: str
-    binary: bool
-    parameters: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class ParsedRequest:
-    id: str
-    inputs: list[Tensor]
-    outputs: list[RequestedOutput]
-    parameters: dict[str, Any]
-    # Binary output is the default for outputs not named in the request.
-    binary_default: bool
-    # Triton's raw binary request (header length 0): the whole body is the single input.
-    raw_body: bytes | None = None
-    # Inputs whose bytes are in a registered shared memory region (their data is read from it
-    # before validation: ``gateway.extensions.shared_memory``).
-    shm_inputs: dict[str, ShmRef] = field(default_factory=dict)
 
 
 def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest:
@@ -157,23 +135,6 @@ def _one_source(name: str, has_data: bool, binary_size: Any) -> str:
         f"'parameters', '{REGION}' in 'parameters'. But set{given} '{REGION}' "
         f"(input '{name}')"
     )
-
-
-def check_binary(name: str, datatype: str, shape: list[int], data: bytes) -> None:
-    expected = tensors.expected_byte_size(datatype, shape)
-    if expected is not None:
-        if len(data) != expected:
-            raise invalid(
-                f"input '{name}' has {len(data)} bytes of binary data but shape {shape} of "
-                f"{datatype} needs {expected}"
-            )
-        return
-    count = len(tensors.deserialize_bytes(data, name))
-    if count != tensors.element_count(shape):
-        raise invalid(
-            f"input '{name}' has {count} BYTES elements but shape {shape} needs "
-            f"{tensors.element_count(shape)}"
-        )
 
 
 def encode_infer_response(

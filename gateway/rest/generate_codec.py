@@ -15,7 +15,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from gateway.rest.codec import ParsedRequest, parse_infer_request
+from gateway.core.request import ParsedRequest
+from gateway.rest.codec import parse_infer_request
 from shared.model_config import ModelConfig
 from shared.wire import tensors
 from shared.wire.envelope import Tensor

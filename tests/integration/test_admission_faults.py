@@ -12,7 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from conch.private_redis import PrivateRedis
-from gateway.rest.codec import ParsedRequest, parse_infer_request
+from gateway.core.request import ParsedRequest
+from gateway.rest.codec import parse_infer_request
 from gateway.runtime.state import GatewayState
 from gateway.settings import GatewaySettings
 from shared.fleet import model_registry, readiness

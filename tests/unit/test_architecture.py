@@ -203,3 +203,19 @@ def test_the_contract_and_the_plumbing_do_not_depend_on_the_fleet(room: str) -> 
         if target.startswith("shared.fleet")
     )
     assert crossing == []
+
+
+@pytest.mark.parametrize(
+    "room", ["gateway.core", "gateway.routing", "gateway.extensions", "gateway.admin"]
+)
+def test_the_data_plane_does_not_know_the_protocols(room: str) -> None:
+    """Protocol code is thin: REST, gRPC and the OpenAI API call into these rooms, never back."""
+    protocols = ("gateway.rest", "gateway.grpc", "gateway.openai")
+    crossing = sorted(
+        f"{module} -> {target}"
+        for module, targets in GRAPH.items()
+        if module.startswith(f"{room}.")
+        for target in targets
+        if target.startswith(protocols)
+    )
+    assert crossing == []

@@ -18,10 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from gateway.rest.codec import (
-    encode_infer_response,
-    parse_infer_request,
-)
+from gateway.rest.codec import encode_infer_response, parse_infer_request
 from gateway.rest.request_limits import decompress as bounded_decompress
 from shared.wire import tensors
 from shared.wire.envelope import Tensor

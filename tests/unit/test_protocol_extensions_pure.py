@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 from conch import cache_config
+from gateway.core.request import RequestedOutput
 from gateway.core.validation import ValidRequest
 from gateway.extensions import classification, header_forwarding, trace_settings
 from gateway.extensions.response_cache import cacheable, request_key
 from gateway.extensions.shm_params import shm_ref
 from gateway.repository.files import load_request
-from gateway.rest.codec import RequestedOutput, parse_infer_request
+from gateway.rest.codec import parse_infer_request
 from shared.fleet import log_settings
 from shared.model_config import from_json
 from shared.storage import model_files

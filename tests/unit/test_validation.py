@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from gateway.core.request import ParsedRequest, RequestedOutput
 from gateway.core.validation import ValidRequest, validate
-from gateway.rest.codec import ParsedRequest, RequestedOutput, parse_infer_request
+from gateway.rest.codec import parse_infer_request
 from shared.model_config import ModelConfig, parse_pbtxt
 from shared.wire import tensors
 from shared.wire.envelope import Tensor
