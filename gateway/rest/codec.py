@@ -66,6 +66,7 @@ class ParsedRequest:
 
 
 def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest:
+    binary: bytes | memoryview  # the bytes after the JSON part: a view, not a copy
     if header_length is None:
         json_part, binary = body, b""
     else:
