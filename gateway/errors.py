@@ -10,6 +10,7 @@ import grpc
 import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
+from litestar.types import ExceptionHandlersMap
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -121,7 +122,7 @@ def unexpected_error_handler(request: Request[Any, Any, Any], exc: Exception) ->
     return Response(content=body, status_code=status, media_type=media_type, headers=headers)
 
 
-EXCEPTION_HANDLERS = {
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     ConchError: conch_error_handler,
     HTTPException: http_error_handler,
     RedisConnectionError: redis_error_handler,

@@ -30,9 +30,13 @@ import tokenize
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
+
+if TYPE_CHECKING:
+    # The base is found at run time (by its name and shape, wherever it lives): this class.
+    from shared.runtime.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "docs" / "settings.md"
@@ -148,7 +152,7 @@ def candidate_modules(root: Path = ROOT, packages: Iterable[Path] | None = None)
     return sorted(modules)
 
 
-def base_class(root: Path = ROOT) -> type:
+def base_class(root: Path = ROOT) -> type[Settings]:
     """The ``Settings`` base: a msgspec Struct named so, with ``from_env``, in the project."""
     for module in candidate_modules(root):
         cls = getattr(importlib.import_module(module), BASE_NAME, None)
@@ -158,11 +162,13 @@ def base_class(root: Path = ROOT) -> type:
             and hasattr(cls, "from_env")
             and cls.__module__ == module
         ):
-            return cls
+            return cast("type[Settings]", cls)  # found by name and shape, not imported by path
     raise LookupError(f"no {BASE_NAME}(msgspec.Struct) with from_env under {root}")
 
 
-def settings_classes(root: Path = ROOT, packages: Iterable[Path] | None = None) -> list[type]:
+def settings_classes(
+    root: Path = ROOT, packages: Iterable[Path] | None = None
+) -> list[type[Settings]]:
     """The base, then every subclass of it (at any depth) defined in the walked packages.
 
     Subclasses defined elsewhere (a test's, say) are left out, so what is documented does not
@@ -172,7 +178,7 @@ def settings_classes(root: Path = ROOT, packages: Iterable[Path] | None = None) 
     modules = candidate_modules(root, packages)
     for module in modules:
         importlib.import_module(module)
-    found: list[type] = []
+    found: list[type[Settings]] = []
     stack = [base]
     while stack:
         cls = stack.pop()
@@ -306,16 +312,20 @@ def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
-def _functions(trees: list[ast.Module]) -> dict[str, list[ast.FunctionDef]]:
-    found: dict[str, list[ast.FunctionDef]] = {}
+# A function of ``conch``'s code, ``def`` or ``async def``.
+_Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def _functions(trees: list[ast.Module]) -> dict[str, list[_Function]]:
+    found: dict[str, list[_Function]] = {}
     for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                found.setdefault(node.name, []).append(node)  # type: ignore[arg-type]
+                found.setdefault(node.name, []).append(node)
     return found
 
 
-def _params(function: ast.FunctionDef) -> list[str]:
+def _params(function: _Function) -> list[str]:
     spec = function.args
     return [a.arg for a in [*spec.posonlyargs, *spec.args, *spec.kwonlyargs]]
 
@@ -328,7 +338,7 @@ def _callee(call: ast.Call) -> str | None:
     return None
 
 
-def _namespace_params(function: ast.FunctionDef) -> set[str]:
+def _namespace_params(function: _Function) -> set[str]:
     """Parameters holding the parsed flags: named ``args`` or annotated ``argparse.Namespace``."""
     spec = function.args
     names = set()
@@ -350,11 +360,11 @@ def env_flag_dests(trees: list[ast.Module]) -> dict[str, set[str]]:
     functions = _functions(trees)
     depends: dict[int, dict[str, set[str]]] = {}  # id(function) -> name -> dests
 
-    def deps(function: ast.FunctionDef, node: ast.AST) -> set[str]:
+    def deps(function: _Function, node: ast.AST) -> set[str]:
         local = depends.setdefault(id(function), {})
         return _reads(node, _namespace_params(function), local)
 
-    def add(function: ast.FunctionDef, name: str, dests: set[str]) -> bool:
+    def add(function: _Function, name: str, dests: set[str]) -> bool:
         local = depends.setdefault(id(function), {})
         before = local.setdefault(name, set())
         if dests <= before:
@@ -406,13 +416,13 @@ def env_flag_dests(trees: list[ast.Module]) -> dict[str, set[str]]:
                 pairs = [
                     (t.slice, node.value) for t in node.targets if isinstance(t, ast.Subscript)
                 ]
-            for key, value in pairs:
+            for key_node, value_node in pairs:
                 if (
-                    isinstance(key, ast.Constant)
-                    and isinstance(key.value, str)
-                    and key.value.startswith("CONCH_")
+                    isinstance(key_node, ast.Constant)
+                    and isinstance(key_node.value, str)
+                    and key_node.value.startswith("CONCH_")
                 ):
-                    result.setdefault(key.value, set()).update(deps(function, value))
+                    result.setdefault(key_node.value, set()).update(deps(function, value_node))
     return result
 
 
@@ -449,7 +459,7 @@ def env_flags(root: Path = ROOT) -> dict[str, tuple[str, ...]]:
 # Rendering ------------------------------------------------------------------------------------
 
 
-def _env_name(cls: type, name: str) -> str:
+def _env_name(cls: type[Settings], name: str) -> str:
     """As ``Settings.from_env`` reads it: common fields unprefixed, the rest under the prefix."""
     prefix = "CONCH_" if name in cls.__common__ else cls.__prefix__
     return f"{prefix}{name.upper()}"
@@ -483,7 +493,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def sections(classes: list[type], flags: dict[str, tuple[str, ...]]) -> list[Section]:
+def sections(classes: list[type[Settings]], flags: dict[str, tuple[str, ...]]) -> list[Section]:
     """One section per class; a subclass omits the common fields it inherits unchanged."""
     base = classes[0]  # settings_classes puts the base first
     missing: list[str] = []

@@ -38,32 +38,33 @@ log = logging.getLogger(__name__)
 _json = msgspec.json.Encoder()
 
 
-def _state(request: Request) -> GatewayState:
-    return request.app.state.gateway
+def _state(request: Request[Any, Any, Any]) -> GatewayState:
+    state: GatewayState = request.app.state.gateway  # app.state is untyped (Any)
+    return state
 
 
-def _json_response(body: Any, status: int = 200) -> Response:
+def _json_response(body: Any, status: int = 200) -> Response[Any]:
     return Response(content=_json.encode(body), status_code=status, media_type="application/json")
 
 
 @get("/v2")
-async def server_metadata_route(request: Request) -> Response:
+async def server_metadata_route(request: Request[Any, Any, Any]) -> Response[Any]:
     return _json_response(server_metadata(_state(request).settings.server_name))
 
 
 @get("/metrics", include_in_schema=False)
-async def prometheus_metrics() -> Response:
+async def prometheus_metrics() -> Response[Any]:
     """Prometheus text format, summed over every process of this gateway (multiprocess mode)."""
     return Response(content=metrics.exposition(), media_type=metrics.CONTENT_TYPE_LATEST)
 
 
 @get("/v2/health/live")
-async def health_live() -> Response:
+async def health_live() -> Response[Any]:
     return Response(content=b"", status_code=200)
 
 
 @get("/v2/health/ready")
-async def health_ready(request: Request) -> Response:
+async def health_ready(request: Request[Any, Any, Any]) -> Response[Any]:
     """Triton's strict readiness (``gateway.runtime.readiness``); a 503 says what it waits for."""
     state = _state(request)
     reason = await state.readiness.check(state.redis)
@@ -73,18 +74,24 @@ async def health_ready(request: Request) -> Response:
 
 
 @get(["/v2/models/{model:str}", "/v2/models/{model:str}/versions/{version:str}"])
-async def model_metadata(request: Request, model: str, version: str | None = None) -> Response:
+async def model_metadata(
+    request: Request[Any, Any, Any], model: str, version: str | None = None
+) -> Response[Any]:
     return _json_response(_state(request).table.metadata(model, version))
 
 
 @get(["/v2/models/{model:str}/ready", "/v2/models/{model:str}/versions/{version:str}/ready"])
-async def model_ready(request: Request, model: str, version: str | None = None) -> Response:
+async def model_ready(
+    request: Request[Any, Any, Any], model: str, version: str | None = None
+) -> Response[Any]:
     ready = await _state(request).table.ready(model, version)
     return Response(content=b"", status_code=200 if ready else 400)
 
 
 @get(["/v2/models/{model:str}/config", "/v2/models/{model:str}/versions/{version:str}/config"])
-async def model_config(request: Request, model: str, version: str | None = None) -> Response:
+async def model_config(
+    request: Request[Any, Any, Any], model: str, version: str | None = None
+) -> Response[Any]:
     state = _state(request)
     config = state.table.config(model)
     if version is not None:
@@ -100,8 +107,8 @@ async def model_config(request: Request, model: str, version: str | None = None)
     ]
 )
 async def model_statistics(
-    request: Request, model: str | None = None, version: str | None = None
-) -> Response:
+    request: Request[Any, Any, Any], model: str | None = None, version: str | None = None
+) -> Response[Any]:
     table = _state(request).table
     if model is None:
         wanted = {name: list(table.versions.get(name, {})) for name in table.configs}
@@ -117,7 +124,9 @@ async def model_statistics(
     ["/v2/models/{model:str}/infer", "/v2/models/{model:str}/versions/{version:str}/infer"],
     status_code=200,
 )
-async def infer_stream(request: Request, model: str, version: str | None = None) -> Response:
+async def infer_stream(
+    request: Request[Any, Any, Any], model: str, version: str | None = None
+) -> Response[Any]:
     """``/infer`` asking for an event stream (``Accept: text/event-stream``): every other
     inference is answered in front of Litestar (``gateway.rest.fastpath``), which sends only these
     here."""

@@ -44,6 +44,7 @@ _json = msgspec.json.Encoder()
 
 
 def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest:
+    binary: bytes | memoryview  # the bytes after the JSON part: a view, not a copy
     if header_length is None:
         json_part, binary = body, b""
     else:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from litestar import Litestar
 
@@ -39,6 +39,8 @@ _CLOSE = (b"connection", b"close")
 
 InferRoute = tuple[str, str | None]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
+# An ASGI application as this module sees one: scopes and messages are plain dicts.
+ASGIApp = Callable[[dict[str, Any], Receive, Any], Awaitable[None]]
 
 
 def infer_route(scope: dict[str, Any]) -> InferRoute | None:
@@ -60,6 +62,9 @@ class FastInferApp:
 
     def __init__(self, app: Litestar):
         self.app = app
+        # The same object, called for everything but inference. Litestar types its scope and
+        # messages as TypedDicts; the server's are the plain dicts of this module's types.
+        self._litestar = cast(ASGIApp, app)
         # Litestar's own attributes (state, routes) stay reachable through the wrapper.
         self.state = app.state
 
@@ -69,7 +74,7 @@ class FastInferApp:
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
         route = infer_route(scope)
         if route is None:
-            await self.app(scope, receive, send)
+            await self._litestar(scope, receive, send)
             return
         received = time.perf_counter()  # the request's headers are in; the clock starts
         response, whole = await self.answer(route, scope["headers"], receive, received)

@@ -16,8 +16,8 @@ reaches ``DataPlane.infer_stream``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, cast
 
 import msgspec
 from litestar import Request, Response, post
@@ -45,16 +45,19 @@ _GENERATE_STREAM = [
 ]
 
 
-def _state(request: Request) -> GatewayState:
-    return request.app.state.gateway
+def _state(request: Request[Any, Any, Any]) -> GatewayState:
+    state: GatewayState = request.app.state.gateway  # app.state is untyped (Any)
+    return state
 
 
-def _caller(request: Request) -> Caller:
+def _caller(request: Request[Any, Any, Any]) -> Caller:
     return Caller(request.headers.get("authorization"), request.headers.get(ROUTE_KEY_HEADER))
 
 
 @post(_GENERATE, status_code=200)
-async def generate(request: Request, model: str, version: str | None = None) -> Response:
+async def generate(
+    request: Request[Any, Any, Any], model: str, version: str | None = None
+) -> Response[Any]:
     state = _state(request)
     dataplane = state.dataplane
     dataplane.in_flight.enter(model)
@@ -72,8 +75,8 @@ async def generate(request: Request, model: str, version: str | None = None) -> 
                 f"{len(answers)}; use generate_stream for a model that streams responses",
             )
         outcome = answers[0]
-        body = generate_response(model, outcome.version, outcome.reply.outputs)
-        return Response(content=_json.encode(body), media_type="application/json")
+        answer = generate_response(model, outcome.version, outcome.reply.outputs)
+        return Response(content=_json.encode(answer), media_type="application/json")
     except ConchError as exc:
         return error_response(exc.code, exc.message, exc.retry_after_s)
     except REDIS_ERRORS as exc:
@@ -84,7 +87,9 @@ async def generate(request: Request, model: str, version: str | None = None) -> 
 
 
 @post(_GENERATE_STREAM, status_code=200)
-async def generate_stream(request: Request, model: str, version: str | None = None) -> Response:
+async def generate_stream(
+    request: Request[Any, Any, Any], model: str, version: str | None = None
+) -> Response[Any]:
     state = _state(request)
     dataplane = state.dataplane
 
@@ -101,7 +106,9 @@ async def generate_stream(request: Request, model: str, version: str | None = No
     return await _stream(state, request.receive, model, start, encode)
 
 
-async def infer_events(request: Request, model: str, version: str | None) -> Response:
+async def infer_events(
+    request: Request[Any, Any, Any], model: str, version: str | None
+) -> Response[Any]:
     """``/infer`` answered as server-sent events (the client accepts ``text/event-stream``)."""
     state = _state(request)
     dataplane = state.dataplane
@@ -133,9 +140,9 @@ async def _stream(
     state: GatewayState,
     receive: Any,
     model: str,
-    start: Callable[[], Any],
+    start: Callable[[], Awaitable[AsyncIterator[InferOutcome]]],
     encode: Callable[[InferOutcome], bytes | None],
-) -> Response:
+) -> Response[Any]:
     """The event stream of one request; the in-flight slot is held until it ends."""
     dataplane = state.dataplane
     dataplane.in_flight.enter(model)
@@ -146,7 +153,8 @@ async def _stream(
         async with CancelOnDisconnect(receive) as watch:  # the client may leave before it
             first = await sse.first_frame(frames)
         if watch.disconnected:
-            await frames.aclose()  # cancels the request
+            # An async generator (DataPlane.infer_stream); its annotation omits aclose.
+            await cast(AsyncGenerator[InferOutcome, None], frames).aclose()  # cancels it
             dataplane.in_flight.leave()
             return Response(content=b"", status_code=499)
     except ConchError as exc:
@@ -154,8 +162,8 @@ async def _stream(
         return error_response(exc.code, exc.message, exc.retry_after_s)
     except REDIS_ERRORS as exc:
         dataplane.in_flight.leave()
-        status, body, media, headers = redis_unavailable(exc, f"stream {model}")
-        return Response(content=body, status_code=status, media_type=media, headers=headers)
+        status, content, media, headers = redis_unavailable(exc, f"stream {model}")
+        return Response(content=content, status_code=status, media_type=media, headers=headers)
     except BaseException:
         dataplane.in_flight.leave()
         raise

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         log_config=None,
         # SIGTERM: stop accepting, answer every request in flight (up to its deadline), then
         # stop the reply reader and leave the registry.
-        timeout_graceful_shutdown=graceful_shutdown_s(settings),
+        timeout_graceful_shutdown=graceful_shutdown_s(settings),  # type: ignore[arg-type]  # uvicorn annotates int, waits with it as a float timeout
     )
     sock = socket.socket(fileno=args.fd)
     QuietServer(config, process.stopping).run(sockets=[sock])

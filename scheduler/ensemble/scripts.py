@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from redis.asyncio.client import Pipeline
+from redis.typing import EncodableT
 
 from shared import lua
 from shared.wire import keys
@@ -42,7 +43,7 @@ def queue_start(
     keep_ms: int,
     children: dict[str, str],
 ) -> None:
-    args: list[object] = [payload, entry, max(1, keep_ms)]
+    args: list[EncodableT] = [payload, entry, max(1, keep_ms)]
     for field, child in children.items():
         args.extend((field, child))
     pipe.eval(lua.ENSEMBLE_START.source, 1, state, *args)
@@ -68,7 +69,7 @@ class StepRecord:
 def queue_step(
     pipe: Pipeline, steps_stream: str, entry_id: bytes, records: list[StepRecord]
 ) -> None:
-    args: list[object] = [keys.SCHEDULER_GROUP, entry_id]
+    args: list[EncodableT] = [keys.SCHEDULER_GROUP, entry_id]
     for record in records:
         args.extend((record.step, record.expected, len(record.tensors), len(record.children)))
         for name, data in record.tensors:
@@ -87,7 +88,7 @@ def queue_finish(
 ) -> None:
     """``finished``: (state, request stream, entry id, counters) of each request answered."""
     script_keys: list[str] = [stats_key]
-    args: list[object] = [keys.SCHEDULER_GROUP, last_inference_ms]
+    args: list[EncodableT] = [keys.SCHEDULER_GROUP, last_inference_ms]
     for state, stream, entry_id, counters in finished:
         script_keys.extend((state, stream))
         args.append(entry_id)

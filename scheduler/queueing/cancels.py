@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 
 import redis.asyncio as aioredis
+from redis.typing import EncodableT
 
 from shared import lua, metrics
 from shared.fleet.cancel_listener import CancelledRequests, follow
@@ -45,7 +46,7 @@ async def answer_cancelled(
     by_stream: dict[bytes, list[bytes]] = defaultdict(list)
     for _, stream, entry_id in items:
         by_stream[stream].append(entry_id)
-    args: list[object] = [keys.SCHEDULER_GROUP, consumer]
+    args: list[EncodableT] = [keys.SCHEDULER_GROUP, consumer]
     for ids in by_stream.values():
         args.append(len(ids))
         args.extend(ids)
@@ -105,7 +106,7 @@ class SchedulerCancels:
 
 def _queues_of(items: Iterable[tuple[tuple[str, int], object]], model: str) -> list[Cancellable]:
     return [
-        queue  # type: ignore[misc]
+        queue  # type: ignore[misc]  # an object with a cancel method: a Cancellable
         for (name, _), queue in list(items)
         if name == model and callable(getattr(queue, "cancel", None))
     ]

@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from redis.typing import EncodableT
+
 from shared.wire import keys
 
 # The script itself, with its KEYS, ARGV and reply: shared/lua/enqueue.lua (``lua.ENQUEUE``).
@@ -45,7 +47,7 @@ QUEUE_FULL = -2
 @dataclass(frozen=True)
 class AdmissionCall:
     keys: list[str]
-    args: list[object]
+    args: list[EncodableT]
 
 
 def admission_call(
@@ -90,6 +92,6 @@ def direct_keys(model: str, version: int, direct_levels: Sequence[int]) -> list[
 
 def admission_args(
     now_ms: int, deadline_ms: int, gone_ms: int, max_queue_size: int, header: bytes, data: bytes
-) -> list[object]:
+) -> list[EncodableT]:
     """The script's ARGV for one request."""
     return [now_ms - gone_ms, max_queue_size, header, data, max(1, deadline_ms - now_ms)]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from redis.asyncio.client import Pipeline
+from redis.typing import EncodableT, KeyT
 
 from shared import lua
 from shared.wire import keys
@@ -44,7 +45,14 @@ def queue_fenced_ack(
 
     EVAL with the source rather than EVALSHA: a pipeline then never meets NOSCRIPT after a
     Redis restart, and Redis caches the compiled script by its digest anyway."""
-    args: list[object] = [group, consumer, entry_id, done_channel, last_inference_ms, batch_size]
+    args: list[EncodableT] = [
+        group,
+        consumer,
+        entry_id,
+        done_channel,
+        last_inference_ms,
+        batch_size,
+    ]
     for field, amount in (counters or {}).items():
         args.extend((field, amount))
     pipe.eval(lua.FENCED_ACK.source, 2, stream, stats_key, *args)
@@ -59,7 +67,7 @@ def queue_fenced_ack_many(
 ) -> None:
     """Queue the fenced ack of entries of several streams of one model, counted as failures
     (the scheduler answering requests with an error); the answer is how many were acked."""
-    args: list[object] = [group, consumer]
+    args: list[EncodableT] = [group, consumer]
     for ids in ids_by_stream.values():
         args.append(len(ids))
         args.extend(ids)
@@ -68,9 +76,9 @@ def queue_fenced_ack_many(
 
 def dispatch_args(
     batch_stream: str, consumer: str, batch: bytes, ids_by_stream: Mapping[bytes, Sequence[bytes]]
-) -> tuple[list[object], list[object]]:
+) -> tuple[list[KeyT], list[EncodableT]]:
     """The keys and arguments of the dispatch script (``lua.DISPATCH``) for one batch."""
-    args: list[object] = [keys.SCHEDULER_GROUP, consumer, batch]
+    args: list[EncodableT] = [keys.SCHEDULER_GROUP, consumer, batch]
     for ids in ids_by_stream.values():
         args.append(len(ids))
         args.extend(ids)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from redis.asyncio.client import Pipeline
+from redis.typing import EncodableT
 
 from shared import lua
 from shared.wire import envelope, keys
@@ -39,7 +40,7 @@ def add_stats(pipe: Pipeline, key: str, counters: dict[str, int], last_inference
     """Add a batch's statistics counters to the (model, version) hash the gateways read: every
     counter in one command (a dozen HINCRBYs cost a dozen commands to pack, send and run); EVAL
     with the source (shared/lua/add_stats.lua), so no script cache is needed."""
-    args: list[object] = [last_inference_ms]
+    args: list[EncodableT] = [last_inference_ms]
     for field, amount in counters.items():
         args.extend((field, amount))
     pipe.eval(lua.ADD_STATS.source, 1, key, *args)

@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import hiredis
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterPipeline
 from redis.asyncio.connection import (
+    AbstractConnection,
     Connection,
+    ConnectKwargs,
     SSLConnection,
     UnixDomainSocketConnection,
     parse_url,
@@ -44,13 +46,20 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.runtime import redis_cluster
 
+if TYPE_CHECKING:
+    # The mixin is checked as the connection it is mixed into; at run time it stays a plain
+    # class (its subclasses' MRO, and so every attribute lookup, are as they were).
+    _ConnectionBase = AbstractConnection
+else:
+    _ConnectionBase = object
 
-class _HiredisPacking:
+
+class _HiredisPacking(_ConnectionBase):
     """Commands packed by hiredis, writes bounded by ``asyncio.timeout``: see the module."""
 
-    socket_timeout: float | None
-
-    def pack_command(self, *args):  # type: ignore[no-untyped-def]
+    # Any: redis-py's EncodableT (the command name a str or bytes), or whatever else a caller
+    # passed, which hiredis refuses (DataError) as redis-py's own packing does.
+    def pack_command(self, *args: Any) -> list[bytes]:
         if isinstance(args[0], str):
             args = (*args[0].encode().split(), *args[1:])
         elif b" " in args[0]:
@@ -60,7 +69,7 @@ class _HiredisPacking:
         except TypeError as exc:
             raise DataError(str(exc)) from exc
 
-    async def send_packed_command(  # type: ignore[no-untyped-def]
+    async def send_packed_command(
         self, command: bytes | str | Iterable[bytes], check_health: bool = True
     ) -> None:
         """redis-py's own, connected and health-checked as redis-py does it, then the write
@@ -68,22 +77,22 @@ class _HiredisPacking:
         ``asyncio.wait_for``) and applied around it instead. A connection has one user at a
         time; a pub/sub read beside a write passes its own timeout, so nothing reads the
         lifted value."""
-        if not self.is_connected:  # type: ignore[attr-defined]
-            await self.connect_check_health(check_health=False)  # type: ignore[attr-defined]
+        if not self.is_connected:
+            await self.connect_check_health(check_health=False)
         if check_health:
-            await self.check_health()  # type: ignore[attr-defined]
+            await self.check_health()  # type: ignore[no-untyped-call]  # redis-py's, unannotated
         bound, self.socket_timeout = self.socket_timeout, None
         try:
             async with asyncio.timeout(bound):
-                await super().send_packed_command(command, False)  # type: ignore[misc]
+                await super().send_packed_command(command, False)
         except TimeoutError:
-            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            await self.disconnect(nowait=True)
             raise RedisTimeoutError("Timeout writing to socket") from None
         except RuntimeError as exc:
             # uvloop's "unable to perform operation on <TCPTransport closed=True>": the server
             # closed the connection (a failover, a restart) under a write. A connection error,
             # so the callers' retry and 503 paths take it, not an internal error.
-            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            await self.disconnect(nowait=True)
             if "closed" not in str(exc):
                 raise
             raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
@@ -103,7 +112,7 @@ class HiredisPackedSSLConnection(_HiredisPacking, SSLConnection):
     """TLS (``rediss://`` URLs: managed Redis services)."""
 
 
-_PACKED = {
+_PACKED: dict[type[AbstractConnection], type[AbstractConnection]] = {
     Connection: HiredisPackedConnection,
     UnixDomainSocketConnection: HiredisPackedUnixConnection,
     SSLConnection: HiredisPackedSSLConnection,
@@ -119,11 +128,26 @@ SOCKET_TIMEOUT_S = 5.0
 HEALTH_CHECK_INTERVAL_S = 15
 
 
-def _options(url: str, **kwargs: object) -> dict[str, object]:
+class _PoolOptions(ConnectKwargs, total=False):
+    """The connection-pool arguments ``_options`` gives: ``parse_url``'s, and these."""
+
+    socket_timeout: float | None
+    socket_connect_timeout: float | None
+    socket_keepalive: bool
+    health_check_interval: float
+    retry: Retry
+    retry_on_error: list[type[Exception]]
+    decode_responses: bool
+    client_name: str
+    max_connections: int
+    timeout: float | None  # BlockingConnectionPool's wait for a free connection
+
+
+def _options(url: str, **kwargs: Unpack[_PoolOptions]) -> _PoolOptions:
     """Connection-pool arguments: ours, then the URL's (which win, as in ``from_url``), with the
     connection class swapped for its hiredis-packing twin. ``from_url`` itself would replace a
     given class with a plain one for ``unix://`` and ``rediss://`` URLs."""
-    options: dict[str, object] = {
+    options: _PoolOptions = {
         "socket_timeout": SOCKET_TIMEOUT_S,
         "socket_connect_timeout": 5,
         "health_check_interval": HEALTH_CHECK_INTERVAL_S,
@@ -133,10 +157,10 @@ def _options(url: str, **kwargs: object) -> dict[str, object]:
         "retry_on_error": [RedisConnectionError],
         "decode_responses": False,  # tensor bytes are never decoded
         **kwargs,
+        **parse_url(url),
     }
-    options.update(parse_url(url))
     base = options.get("connection_class", Connection)
-    options["connection_class"] = _PACKED[base]  # type: ignore[index]
+    options["connection_class"] = _PACKED[base]
     if base is not UnixDomainSocketConnection:
         options["socket_keepalive"] = True
     return options
@@ -161,7 +185,8 @@ def _cluster(
         retries=retries,
     )
     base = client.connection_kwargs.get("connection_class", Connection)
-    packed = _PACKED[base]  # type: ignore[index]
+    # A cluster's nodes are reached over TCP or TLS, so the class is a Connection's twin.
+    packed = cast(type[Connection], _PACKED[base])
     client.connection_kwargs["connection_class"] = packed
     for node in client.startup_nodes:
         node.connection_class = packed
@@ -171,7 +196,7 @@ def _cluster(
 def connect(url: str, *, max_connections: int = 64, name: str = "conch") -> aioredis.Redis:
     """Binary-safe client with a bounded pool (per node, on a cluster)."""
     if redis_cluster.is_cluster(url):
-        return _cluster(url, max_connections=max_connections, name=name, retries=3)  # type: ignore[return-value]
+        return _cluster(url, max_connections=max_connections, name=name, retries=3)  # type: ignore[return-value]  # a RedisCluster: the same commands
     pool = aioredis.BlockingConnectionPool(
         **_options(
             url,
@@ -194,7 +219,7 @@ def dedicated(url: str, *, name: str = "conch-blocking", block_ms: int = 0) -> a
     read may block longer than any command may take)."""
     timeout = SOCKET_TIMEOUT_S + block_ms / 1000
     if redis_cluster.is_cluster(url):
-        return _cluster(url, max_connections=64, name=name, retries=0, socket_timeout=timeout)  # type: ignore[return-value]
+        return _cluster(url, max_connections=64, name=name, retries=0, socket_timeout=timeout)  # type: ignore[return-value]  # a RedisCluster: the same commands
     pool = aioredis.ConnectionPool(
         **_options(
             url, client_name=name, retry=Retry(ExponentialBackoff(), 0), socket_timeout=timeout
@@ -209,7 +234,7 @@ def blocking_pool(url: str, *, name: str, max_connections: int = 64) -> aioredis
     """A pool for concurrent blocking reads (one per hash slot), whose commands are never sent
     again by the client, for the reason ``dedicated`` gives."""
     if redis_cluster.is_cluster(url):
-        return _cluster(url, max_connections=max_connections, name=name, retries=0)  # type: ignore[return-value]
+        return _cluster(url, max_connections=max_connections, name=name, retries=0)  # type: ignore[return-value]  # a RedisCluster: the same commands
     pool = aioredis.BlockingConnectionPool(
         **_options(
             url,
@@ -232,7 +257,7 @@ def sync_client(
     default; otherwise connected on first use, and its pool's ``make_connection()`` gives a
     caller a connection of its own (``shared.runtime.deferred_replies``)."""
     if redis_cluster.is_cluster(url):
-        return redis_cluster.sync_client(url, socket_timeout=SOCKET_TIMEOUT_S, name=name)  # type: ignore[return-value]
+        return redis_cluster.sync_client(url, socket_timeout=SOCKET_TIMEOUT_S, name=name)  # type: ignore[return-value]  # a RedisCluster: the same commands
     options: dict[str, object] = {}
     if not url.startswith("unix:"):
         options["socket_keepalive"] = True
@@ -243,7 +268,7 @@ def sync_client(
         health_check_interval=HEALTH_CHECK_INTERVAL_S,
         client_name=name,
         single_connection_client=single_connection,
-        **options,  # type: ignore[arg-type]
+        **options,
     )
 
 
@@ -253,7 +278,7 @@ async def pubsub(client: aioredis.Redis) -> aioredis.client.PubSub:
     learns the cluster first, which a fresh client's ``pubsub()`` does not do by itself."""
     if isinstance(client, aioredis.RedisCluster):
         await client.initialize()
-        return client.pubsub(node=client.get_random_node())  # type: ignore[return-value]
+        return client.pubsub(node=client.get_random_node())
     return client.pubsub()
 
 
