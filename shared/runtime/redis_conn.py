@@ -1,17 +1,8 @@
 """One long-lived Redis connection pool per process, shared by every task in it.
 
-The pool's connections are redis-py's own classes with two public methods overridden, given
-to the pool through its public ``connection_class`` argument (no private API of redis-py, so no
-exact pin: ``tests/unit/test_redis_packing.py`` checks the packing against redis-py's own):
-
-- ``pack_command``: commands are packed into RESP by hiredis in C. redis-py 8's asyncio
-  connection packs in Python (only its synchronous one uses hiredis), which on this VM took
-  22-26 us for the gateway's admission EVALSHA against 7-9 us by hiredis, and 16-22 against
-  4-6 us for a worker's XREADGROUP (``timeit``, docs/performance.md's "What each optimisation
-  bought": worker CPU per request 270 -> 170 us with the batch statistics in one EVAL).
-- ``send_packed_command``: the write is bounded by ``asyncio.timeout`` rather than redis-py's
-  ``asyncio.wait_for``, which on Python 3.11 can swallow a cancellation (CPython gh-86296; a
-  service that cannot be cancelled cannot stop) and costs a task per command.
+The pool's connections are redis-py's own classes with two public methods overridden
+(``shared.runtime.redis_connections``: commands packed by hiredis, writes bounded by
+``asyncio.timeout``), given to the pool through its public ``connection_class`` argument.
 
 Every call has a bound: a socket timeout above the longest blocking read (``block=`` of 1 s at
 most), a health check on connections idle for a few seconds, and TCP keepalive. A connection
@@ -21,19 +12,14 @@ replaced on the next call, in seconds rather than after the kernel's two-hour ke
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Unpack, cast
+from typing import Any, Unpack, cast
 
-import hiredis
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterPipeline
 from redis.asyncio.connection import (
-    AbstractConnection,
     Connection,
     ConnectKwargs,
-    SSLConnection,
     UnixDomainSocketConnection,
     parse_url,
 )
@@ -41,83 +27,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import DataError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.runtime import redis_cluster
-
-if TYPE_CHECKING:
-    # The mixin is checked as the connection it is mixed into; at run time it stays a plain
-    # class (its subclasses' MRO, and so every attribute lookup, are as they were).
-    _ConnectionBase = AbstractConnection
-else:
-    _ConnectionBase = object
-
-
-class _HiredisPacking(_ConnectionBase):
-    """Commands packed by hiredis, writes bounded by ``asyncio.timeout``: see the module."""
-
-    # Any: redis-py's EncodableT (the command name a str or bytes), or whatever else a caller
-    # passed, which hiredis refuses (DataError) as redis-py's own packing does.
-    def pack_command(self, *args: Any) -> list[bytes]:
-        if isinstance(args[0], str):
-            args = (*args[0].encode().split(), *args[1:])
-        elif b" " in args[0]:
-            args = (*args[0].split(), *args[1:])
-        try:
-            return [hiredis.pack_command(args)]
-        except TypeError as exc:
-            raise DataError(str(exc)) from exc
-
-    async def send_packed_command(
-        self, command: bytes | str | Iterable[bytes], check_health: bool = True
-    ) -> None:
-        """redis-py's own, connected and health-checked as redis-py does it, then the write
-        with the connection's socket timeout lifted (so that redis-py writes without
-        ``asyncio.wait_for``) and applied around it instead. A connection has one user at a
-        time; a pub/sub read beside a write passes its own timeout, so nothing reads the
-        lifted value."""
-        if not self.is_connected:
-            await self.connect_check_health(check_health=False)
-        if check_health:
-            await self.check_health()  # type: ignore[no-untyped-call]  # redis-py's, unannotated
-        bound, self.socket_timeout = self.socket_timeout, None
-        try:
-            async with asyncio.timeout(bound):
-                await super().send_packed_command(command, False)
-        except TimeoutError:
-            await self.disconnect(nowait=True)
-            raise RedisTimeoutError("Timeout writing to socket") from None
-        except RuntimeError as exc:
-            # uvloop's "unable to perform operation on <TCPTransport closed=True>": the server
-            # closed the connection (a failover, a restart) under a write. A connection error,
-            # so the callers' retry and 503 paths take it, not an internal error.
-            await self.disconnect(nowait=True)
-            if "closed" not in str(exc):
-                raise
-            raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
-        finally:
-            self.socket_timeout = bound
-
-
-class HiredisPackedConnection(_HiredisPacking, Connection):
-    """TCP."""
-
-
-class HiredisPackedUnixConnection(_HiredisPacking, UnixDomainSocketConnection):
-    """A Unix socket (``unix://`` URLs: the private Redis of ``conch up``)."""
-
-
-class HiredisPackedSSLConnection(_HiredisPacking, SSLConnection):
-    """TLS (``rediss://`` URLs: managed Redis services)."""
-
-
-_PACKED: dict[type[AbstractConnection], type[AbstractConnection]] = {
-    Connection: HiredisPackedConnection,
-    UnixDomainSocketConnection: HiredisPackedUnixConnection,
-    SSLConnection: HiredisPackedSSLConnection,
-}
-
+from shared.runtime.redis_connections import PACKED
 
 # Seconds any one Redis reply may take. Above every blocking read's ``block`` (1 s at most) and
 # far above any command's own time; a half-open connection is given up after this.
@@ -160,7 +72,7 @@ def _options(url: str, **kwargs: Unpack[_PoolOptions]) -> _PoolOptions:
         **parse_url(url),
     }
     base = options.get("connection_class", Connection)
-    options["connection_class"] = _PACKED[base]
+    options["connection_class"] = PACKED[base]
     if base is not UnixDomainSocketConnection:
         options["socket_keepalive"] = True
     return options
@@ -186,7 +98,7 @@ def _cluster(
     )
     base = client.connection_kwargs.get("connection_class", Connection)
     # A cluster's nodes are reached over TCP or TLS, so the class is a Connection's twin.
-    packed = cast(type[Connection], _PACKED[base])
+    packed = cast(type[Connection], PACKED[base])
     client.connection_kwargs["connection_class"] = packed
     for node in client.startup_nodes:
         node.connection_class = packed

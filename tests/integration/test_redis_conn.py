@@ -7,15 +7,15 @@ import pytest
 import redis.asyncio as aioredis
 
 from conch.private_redis import PrivateRedis
-from shared.runtime import redis_conn
+from shared.runtime import redis_conn, redis_connections
 
 
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("redis://127.0.0.1:6379/0", redis_conn.HiredisPackedConnection),
-        ("unix:///tmp/x/redis.sock?db=3", redis_conn.HiredisPackedUnixConnection),
-        ("rediss://cache.example:6380/0", redis_conn.HiredisPackedSSLConnection),
+        ("redis://127.0.0.1:6379/0", redis_connections.HiredisPackedConnection),
+        ("unix:///tmp/x/redis.sock?db=3", redis_connections.HiredisPackedUnixConnection),
+        ("rediss://cache.example:6380/0", redis_connections.HiredisPackedSSLConnection),
     ],
 )
 def test_every_url_form_keeps_hiredis_packing(url: str, expected: type) -> None:
@@ -24,7 +24,7 @@ def test_every_url_form_keeps_hiredis_packing(url: str, expected: type) -> None:
         kwargs = client.connection_pool.connection_kwargs
         assert kwargs["decode_responses"] is False
         assert ("socket_keepalive" in kwargs) is (
-            expected is not redis_conn.HiredisPackedUnixConnection
+            expected is not redis_connections.HiredisPackedUnixConnection
         )
     assert (
         redis_conn.connect("unix:///tmp/x/redis.sock?db=3").connection_pool.connection_kwargs["db"]

@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
 
-from shared.runtime import redis_conn
+from shared.runtime import redis_connections
 
 PAYLOAD = bytes(range(256)) * 40  # larger than redis-py's buffer cutoff (6,000 bytes)
 
@@ -33,7 +33,7 @@ COMMANDS = [
     "command", COMMANDS, ids=[str(c[0]) + str(i) for i, c in enumerate(COMMANDS)]
 )
 def test_hiredis_packs_what_redis_py_packs(command: tuple[object, ...]) -> None:
-    ours, theirs = redis_conn.HiredisPackedConnection(), Connection()
+    ours, theirs = redis_connections.HiredisPackedConnection(), Connection()
     assert b"".join(ours.pack_command(*command)) == b"".join(
         bytes(chunk) for chunk in theirs.pack_command(*command)
     )
@@ -42,14 +42,14 @@ def test_hiredis_packs_what_redis_py_packs(command: tuple[object, ...]) -> None:
 def test_a_pipeline_packs_the_same_bytes() -> None:
     """``pack_commands`` (the admission batch, a worker's replies) is redis-py's own over our
     ``pack_command``."""
-    ours, theirs = redis_conn.HiredisPackedConnection(), Connection()
+    ours, theirs = redis_connections.HiredisPackedConnection(), Connection()
     assert b"".join(ours.pack_commands(COMMANDS)) == b"".join(
         bytes(chunk) for chunk in theirs.pack_commands(COMMANDS)
     )
 
 
 def test_an_argument_redis_py_refuses_is_refused_the_same_way() -> None:
-    for connection in (redis_conn.HiredisPackedConnection(), Connection()):
+    for connection in (redis_connections.HiredisPackedConnection(), Connection()):
         with pytest.raises(DataError):
             connection.pack_command("SET", "k", None)
 
@@ -57,13 +57,13 @@ def test_an_argument_redis_py_refuses_is_refused_the_same_way() -> None:
 def test_only_public_methods_of_redis_py_are_overridden() -> None:
     overridden = {
         name
-        for name in vars(redis_conn._HiredisPacking)
+        for name in vars(redis_connections._HiredisPacking)
         if callable(getattr(Connection, name, None)) and not name.startswith("__")
     }
     assert overridden == {"pack_command", "send_packed_command"}
     for cls in (
-        redis_conn.HiredisPackedConnection,
-        redis_conn.HiredisPackedUnixConnection,
-        redis_conn.HiredisPackedSSLConnection,
+        redis_connections.HiredisPackedConnection,
+        redis_connections.HiredisPackedUnixConnection,
+        redis_connections.HiredisPackedSSLConnection,
     ):
-        assert cls.pack_command is redis_conn._HiredisPacking.pack_command
+        assert cls.pack_command is redis_connections._HiredisPacking.pack_command
