@@ -10,6 +10,13 @@ instance with the most free slots (or the backlog when all are taken). A step of
 whose holder died is queued all the same: the workers' adoption moves the sequence, with its
 queued steps and committed state, once the holder is dead past the dead bound
 (``workers/sequence/adoption.py``), so a late heartbeat never splits a sequence.
+
+The script takes every key it may touch in KEYS, the held set and doorbells of each instance
+included: the gateway keeps, per version, the instances of the slots hash it last read and
+passes their keys. When the script meets an instance that list lacks (a worker that started
+since, or a holder the list never had) it writes nothing and names it; the list is read again
+(one ``HKEYS``) and the call made once more. That costs two round trips more, once per change
+of the instance set; every other admission is one round trip.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ BELL_PAYLOAD_MAX = 65_536
 TTL_MARGIN_MS = 600_000
 
 # The script, with its KEYS, ARGV and reply: shared/lua/sequence_admit.lua.
+STALE = -4  # the script's reply when it meets an instance whose keys were not passed
+TRIES = 3  # calls per admission (the instance set changing twice within one is rare)
 
 
 def sequence_request(
@@ -88,8 +97,20 @@ def no_start(config: ModelConfig, params: SequenceParams) -> ConchError:
 class SequenceAdmission:
     def __init__(self, r: aioredis.Redis, gone_ms: int):
         self._script = CoalescedScript(r, lua.SEQUENCE_ADMIT.source, convert=list)
+        self._redis = r
         # A version counts as served while some worker was ready within this bound.
         self._gone_ms = gone_ms
+        # (model, version) -> the instances whose keys admission passes (the slots hash as
+        # last read, with any instance a script named since).
+        self._instances: dict[tuple[str, int], list[str]] = {}
+
+    async def _refresh(self, model: str, version: int, named: list[str]) -> list[str]:
+        """The version's instances read again, with those the script named."""
+        table = await self._redis.hkeys(keys.sequence_slots(model, version))
+        found = [i.decode() if isinstance(i, bytes) else i for i in table]
+        found += [i for i in named if i not in found]
+        self._instances[(model, version)] = found
+        return found
 
     async def admit(
         self, config: ModelConfig, spec: SequenceSpec, params: SequenceParams, request: InferRequest
@@ -98,33 +119,50 @@ class SequenceAdmission:
         model, version, request_id = config.name, request.version, request.id
         now_ms, deadline_ms = request.enqueued_ms, request.deadline_ms
         idle_ms = max(1, spec.idle_us // 1000)
-        result = await self._script(
-            keys=[
-                keys.ready(model, version),
-                keys.sequence_binding(model, version, params.key),
-                keys.sequence_queue(model, version, params.key),
-                keys.admitted(model, request_id),
-            ],
-            args=[
-                keys.sequence_prefix(model, version),
-                now_ms,
-                idle_ms,
-                idle_ms + TTL_MARGIN_MS,
-                int(params.start),
-                int(params.end),
-                params.key,
-                envelope.encode(request),
-                max(1, deadline_ms - now_ms),
-                now_ms - self._gone_ms,
-            ],
-        )
-        code, released, backlogged = (int(x) for x in result)
+        instances = self._instances.get((model, version))
+        if instances is None:
+            instances = await self._refresh(model, version, [])
+        for _ in range(TRIES):
+            result = await self._script(
+                keys=[
+                    keys.ready(model, version),
+                    keys.sequence_binding(model, version, params.key),
+                    keys.sequence_queue(model, version, params.key),
+                    keys.admitted(model, request_id),
+                    keys.sequence_slots(model, version),
+                    keys.sequence_backlog(model, version),
+                    *keys.sequence_instance_keys(model, version, instances),
+                ],
+                args=[
+                    now_ms,
+                    idle_ms,
+                    idle_ms + TTL_MARGIN_MS,
+                    int(params.start),
+                    int(params.end),
+                    params.key,
+                    envelope.encode(request),
+                    max(1, deadline_ms - now_ms),
+                    now_ms - self._gone_ms,
+                    len(instances),
+                    *instances,
+                ],
+            )
+            if int(result[0]) != STALE:
+                break
+            named = [i.decode() if isinstance(i, bytes) else str(i) for i in result[3:]]
+            instances = await self._refresh(model, version, named)
+        code, released, backlogged = (int(x) for x in result[:3])
         metrics.record_sequence_event(model, version, "idle_released", released)
         if code == 1 and params.start:
             metrics.record_sequence_event(model, version, "started")
             metrics.record_sequence_event(model, version, "backlogged", backlogged)
         if code == -3:
             raise no_start(config, params)
+        if code == STALE:
+            raise ConchError(
+                ErrorCode.UNAVAILABLE,
+                f"the instances of model '{model}' version {version} kept changing; try again",
+            )
         if code not in (1, 2, -1):
             raise ConchError(ErrorCode.INTERNAL, f"sequence admission answered {code}")
         return min(code, 1)

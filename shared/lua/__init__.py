@@ -115,6 +115,7 @@ SEQUENCE_COMMIT = _load("sequence_commit")
 SEQUENCE_RELEASE_IDLE = _load("sequence_release_idle")
 SEQUENCE_ADOPT = _load("sequence_adopt")
 SEQUENCE_CANCEL = _load("sequence_cancel")
+SEQUENCE_PULL = _load("sequence_pull")
 
 SCRIPTS: dict[str, Script] = {
     s.name: s
@@ -139,5 +140,6 @@ SCRIPTS: dict[str, Script] = {
         SEQUENCE_RELEASE_IDLE,
         SEQUENCE_ADOPT,
         SEQUENCE_CANCEL,
+        SEQUENCE_PULL,
     )
 }

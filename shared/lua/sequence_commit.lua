@@ -3,43 +3,49 @@
 -- (workers/sequence/store.py). Per step: only the holder, only the step after the last
 -- committed one, only the step at the head of the queue; then the step leaves the queue and its
 -- state and counter are written together. An ended sequence with nothing queued after its END
--- is released and its slot goes to the backlog's oldest sequence. Statistics are added only
--- when some step was committed (a late holder counts nothing).
+-- is released; the freed slot goes to the backlog's oldest sequence (here when the caller
+-- passed its keys, else by sequence_pull.lua). Statistics are added only when some step was
+-- committed (a late holder counts nothing).
 --
 -- KEYS[1] this instance's held set: keys.sequence_held(model, version, instance)
--- KEYS[2] statistics: keys.stats(model, version)
--- KEYS[3..] per step: keys.sequence_binding(model, version, sequence), then
---           keys.sequence_queue(model, version, sequence)
--- Built from P inside (see _sequence_lib.lua): keys.sequence_slots, keys.sequence_held and
--- keys.sequence_bell of any instance, keys.sequence_backlog, and keys.sequence_binding and
--- keys.sequence_queue of the sequences found there.
--- ARGV[1] P: keys.sequence_prefix(model, version)
--- ARGV[2] NOW (ms)
--- ARGV[3] this instance
--- ARGV[4] idle timeout (ms)
--- ARGV[5] binding and queue TTL (ms)
--- ARGV[6] this instance's slots
--- ARGV[7] n, the number of steps
--- ARGV[8..] per step: sequence, step, ended (0/1), state count, then per state: input name,
---           shape, bytes; then counter count, last inference ms, then per counter: field, amount
+-- KEYS[2] this instance's doorbells: keys.sequence_bell(model, version, instance)
+-- KEYS[3] the backlog: keys.sequence_backlog(model, version)
+-- KEYS[4] statistics: keys.stats(model, version)
+-- KEYS[5..] per step: keys.sequence_binding(model, version, sequence), then
+--           keys.sequence_queue(model, version, sequence); then per backlogged sequence the
+--           caller knows of: keys.sequence_binding(model, version, sequence)
+-- ARGV[1] NOW (ms)
+-- ARGV[2] this instance
+-- ARGV[3] idle timeout (ms)
+-- ARGV[4] binding and queue TTL (ms)
+-- ARGV[5] this instance's slots
+-- ARGV[6] n, the number of steps
+-- ARGV[7..] per step: sequence, step, ended (0/1), state count, then per state: input name,
+--           shape, bytes; then counter count, last inference ms, then per counter: field, amount;
+--           then m, the number of backlogged sequences passed (the backlog's oldest as the
+--           caller last read it; none unless a step ends its sequence), then those m
 -- Reply: per step: code (0 not the holder, 1 committed, 2 already committed, 3 out of order,
--- 4 committed and released), next head (or ''); then how many backlogged sequences it took.
+-- 4 committed and released), next head (or ''); then how many backlogged sequences it took into
+-- the slots freed, and the backlog's oldest sequences still to take whose keys were not passed
+-- (for sequence_pull.lua; {} when none).
 --
 -- The queue is filled by sequence_admit.lua; the committed counter and state are read by
 -- sequence_admit.lua (idle), sequence_adopt.lua and the holder's restore.
 --#include _sequence_lib.lua
 --#include _sequence_pull.lua
-local me, idle, ttl, cap, n = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
-  tonumber(ARGV[7])
+local me, idle, ttl, cap, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
+  tonumber(ARGV[6])
 local held = KEYS[1]
+HELD[me], BELL[me], BACKLOG = 1, 2, 3
 local out = {}
 local committed, released = false, false
-local a = 8
+local a = 7
 for i = 1, n do
   local seq, step, ended, ns = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1',
     tonumber(ARGV[a + 3])
   a = a + 4
-  local b, q = KEYS[1 + 2 * i], KEYS[2 + 2 * i]
+  local b, q = KEYS[3 + 2 * i], KEYS[4 + 2 * i]
+  B[seq], Q[seq] = 3 + 2 * i, 4 + 2 * i
   local code = 0
   if redis.call('HGET', b, 'holder') == me then
     local done = tonumber(redis.call('HGET', b, 'committed') or '0')
@@ -78,13 +84,18 @@ for i = 1, n do
   out[#out + 1] = following
 end
 local m = tonumber(ARGV[a])
+local w = a + 2 + 2 * m  -- the backlogged sequences passed
+for j = 1, tonumber(ARGV[w]) do
+  if B[ARGV[w + j]] == nil then B[ARGV[w + j]] = 4 + 2 * n + j end
+end
 if committed and m > 0 then
   for j = 1, m do
-    redis.call('HINCRBY', KEYS[2], ARGV[a + 2 * j], ARGV[a + 2 * j + 1])
+    redis.call('HINCRBY', KEYS[4], ARGV[a + 2 * j], ARGV[a + 2 * j + 1])
   end
-  redis.call('HSET', KEYS[2], 'last_inference', ARGV[a + 1])
+  redis.call('HSET', KEYS[4], 'last_inference', ARGV[a + 1])
 end
-local pulled = 0
-if released then pulled = pull(me, cap, idle) end
-out[#out + 1] = pulled
+local got, more = 0, {}
+if released then got, more = pull(me, cap, idle) end
+out[#out + 1] = got
+out[#out + 1] = more
 return out

@@ -21,6 +21,8 @@ The service registry keys carry no tag: each is written by single-key commands o
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 PREFIX = "conch"
 
 # Consumer groups.
@@ -288,42 +290,62 @@ def trace_remaining(scope: str) -> str:
 
 # --- Sequences (stateful models): bindings, step queues, holders' slots ------------------------
 # Every key of a (model, version)'s sequences shares the model's hash tag, so the admission,
-# commit and adoption scripts each touch one Redis Cluster slot. The scripts build the per
-# sequence and per instance names below from ``sequence_prefix`` (same tag, same slot).
+# commit and adoption scripts each touch one Redis Cluster slot. The scripts build no key: the
+# callers pass every one, per sequence and per instance too, named by the functions below.
 
 
-def sequence_prefix(model: str, version: int) -> str:
+def _sequence_prefix(model: str, version: int) -> str:
     return f"{_model(model)}:seq:{version}:"
 
 
 def sequence_binding(model: str, version: int, sequence: str) -> str:
     """HASH of one sequence: holder instance, step counters, last activity, committed state."""
-    return f"{sequence_prefix(model, version)}s:{sequence}"
+    return f"{_sequence_prefix(model, version)}s:{sequence}"
 
 
 def sequence_queue(model: str, version: int, sequence: str) -> str:
     """LIST of one sequence's admitted steps not yet committed, in arrival order."""
-    return f"{sequence_prefix(model, version)}q:{sequence}"
+    return f"{_sequence_prefix(model, version)}q:{sequence}"
 
 
 def sequence_slots(model: str, version: int) -> str:
     """HASH instance id -> sequence slots it offers (registered by the holding worker)."""
-    return f"{sequence_prefix(model, version)}slots"
+    return f"{_sequence_prefix(model, version)}slots"
 
 
 def sequence_held(model: str, version: int, instance: str) -> str:
     """ZSET sequence -> idle deadline (ms): the sequences one instance holds."""
-    return f"{sequence_prefix(model, version)}held:{instance}"
+    return f"{_sequence_prefix(model, version)}held:{instance}"
 
 
 def sequence_bell(model: str, version: int, instance: str) -> str:
     """STREAM of doorbells (sequence names) telling an instance a step is queued for it."""
-    return f"{sequence_prefix(model, version)}bell:{instance}"
+    return f"{_sequence_prefix(model, version)}bell:{instance}"
 
 
 def sequence_backlog(model: str, version: int) -> str:
     """ZSET sequence -> arrival (ms): sequences waiting for a free slot, oldest first."""
-    return f"{sequence_prefix(model, version)}backlog"
+    return f"{_sequence_prefix(model, version)}backlog"
+
+
+def sequence_instance_keys(model: str, version: int, instances: Iterable[str]) -> list[str]:
+    """Per instance, its held set then its doorbells: the KEYS pairs of the sequence scripts
+    that may place a sequence on any of ``instances``."""
+    out: list[str] = []
+    for instance in instances:
+        out += [sequence_held(model, version, instance), sequence_bell(model, version, instance)]
+    return out
+
+
+def sequence_keys(model: str, version: int, sequences: Iterable[str]) -> list[str]:
+    """Per sequence, its binding then its queue: the KEYS pairs of the sequence scripts."""
+    out: list[str] = []
+    for sequence in sequences:
+        out += [
+            sequence_binding(model, version, sequence),
+            sequence_queue(model, version, sequence),
+        ]
+    return out
 
 
 # --- Ensembles (every key under the ensemble's hash tag: its scripts touch one slot) ------------

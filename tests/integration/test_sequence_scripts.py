@@ -181,7 +181,9 @@ async def test_an_idle_sequence_is_released_and_then_needs_start(client: Client)
     second = parse_head("u:3", await client.r.lindex(store.queue("u:3"), 0))
     assert second is not None
     when = start + IDLE_MS - 1
-    await store.publish_and_commit([], [StepCommit(second, False, {})], {}, when, IDLE_MS, 1, 2)
+    await store.publish_and_commit(
+        [], [StepCommit(second, False, {})], {}, when, IDLE_MS, 60_000, 2
+    )
     with pytest.raises(ConchError, match="must specify the START flag"):
         await client.step(3, at=start + 2 * IDLE_MS)
     assert await client.binding("u:3") == {}
@@ -307,3 +309,34 @@ async def test_a_step_for_a_dead_holder_waits_in_order_for_the_adoption(client: 
     assert await client.r.zrange(keys.sequence_held(MODEL, VERSION, dead), 0, -1) == []
     bells = await client.r.xrange(keys.sequence_bell(MODEL, VERSION, alive))
     assert [f[b"s"] for _, f in bells] == [b"u:6"]
+
+
+async def test_a_gateway_finds_an_instance_started_after_it_read_the_list(client: Client) -> None:
+    first = await live(client.r, "w1", 1)
+    await client.step("a", start=True)  # the gateway reads the instances: only w1
+    second = await live(client.r, "w2", 1)
+    # w1 is full; the script names w2, which the gateway had not passed: read again, placed.
+    assert await client.step("b", start=True) == 1
+    assert (await client.binding("s:a"))[b"holder"] == first.encode()
+    assert (await client.binding("s:b"))[b"holder"] == second.encode()
+    # A gateway whose list lacks a sequence's holder finds it the same way.
+    other = Client(client.r)
+    other.admission._instances[(MODEL, VERSION)] = []
+    assert await other.step("a", rid="from-other") == 1
+    assert await client.queue("s:a") == [1, 2]
+
+
+async def test_a_commit_fills_the_freed_slot_from_the_backlog_it_last_read(client: Client) -> None:
+    instance = await live(client.r, "w1", 1)
+    await client.step("first", start=True, end=True)
+    await client.step("second", start=True)
+    store = SequenceStore(client.r, MODEL, VERSION, instance)
+    await store.reconcile(now_ms(), IDLE_MS, 1)  # reads the backlog's oldest
+    assert store.waiting == ["s:second"]
+    head = (await store.heads(["s:first"]))["s:first"]
+    assert head is not None
+    results, pulled = await store.publish_and_commit(
+        [], [StepCommit(head, True, {})], {}, now_ms(), IDLE_MS, 60_000, 1
+    )
+    assert results[0].code == RELEASED and pulled == 1 and store.waiting == []
+    assert await store.held() == ["s:second"]

@@ -23,18 +23,6 @@ from shared.wire import keys
 ALL_KEYS = {"DEL", "EXISTS", "UNLINK", "MGET", "TOUCH"}
 NO_KEYS = {"PUBLISH", "TIME", "SPUBLISH"}
 
-# The sequence scripts still build the per-instance and per-sequence keys from the version's
-# prefix: the instances come from the slots hash and the sequences from the backlog and held
-# sets at run time, so no caller can name them beforehand (see shared/lua/_sequence_lib.lua).
-# Listed here until they take those keys in KEYS; the test fails once one no longer needs it.
-BUILDS_KEYS = {
-    "sequence_admit",
-    "sequence_commit",
-    "sequence_release_idle",
-    "sequence_adopt",
-    "sequence_cancel",
-}
-
 _ASSIGN = re.compile(r"^\s*(?:local\s+)?([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*=(?!=)\s*(.+)$")
 _FUNCTION = re.compile(r"local\s+function\s+(\w+)\s*\(([^)]*)\)")
 _HEADER_ENTRY = re.compile(r"^--\s*(KEYS|ARGV)\[(\d+)(\.\.(\d*))?\]")
@@ -196,10 +184,7 @@ def undocumented(text: str, source: str) -> list[str]:
 @pytest.mark.parametrize("name", lua.names())
 def test_every_key_comes_from_keys(name: str) -> None:
     found = built_keys(lua.SCRIPTS[name].source)
-    if name in BUILDS_KEYS:
-        assert found, f"{name} takes every key in KEYS now: remove it from BUILDS_KEYS"
-    else:
-        assert not found, f"{name} builds keys inside the script: {found}"
+    assert not found, f"{name} builds keys inside the script: {found}"
 
 
 @pytest.mark.parametrize("name", lua.names())

@@ -4,7 +4,8 @@ The holder asks before it runs the head steps of its sequences (what the worker'
 listener heard, and one MGET only for steps it may have missed: ``workers.batches.cancel_check``),
 and again after an execution for the steps that ran (what was heard meanwhile). A cancelled step's
 sequence is released in one script (``shared/lua/sequence_cancel.lua``): binding, committed
-state and queued steps go, its slot goes to the oldest backlogged sequence. The cancelled step,
+state and queued steps go; its slot goes to the oldest backlogged sequence (one more script,
+``sequence_pull.lua``, when the backlog is not empty). The cancelled step,
 if it had not run, is answered CANCELLED and counted (``cancel`` in the statistics, once); the
 steps queued behind it are answered with Triton's error for a sequence that is not open (they
 lack START), as is every later request of that correlation id without START (the gateway's
@@ -95,18 +96,21 @@ class SequenceCancels:
         """Release the sequence; answer the cancelled step (if it did not run) and the steps
         queued behind it."""
         store = self._store
-        entries = await self._script(
-            keys=[store.held_key, keys.stats(store.model, store.version)],
-            args=[
-                store.prefix,
-                int(time.time() * 1000),
-                store.instance,
-                self._idle_ms,
-                self._slots,
-                0 if ran else 1,
-                sequence,
+        now_ms = int(time.time() * 1000)
+        waiting = store.waiting  # the backlog's oldest as last read: the slot goes to them
+        args: list[int | str] = [now_ms, store.instance, self._idle_ms, self._slots]
+        args += [int(not ran), sequence, len(waiting), *waiting]
+        entries, got, named = await self._script(
+            keys=[
+                *store.own_keys,
+                keys.stats(store.model, store.version),
+                *keys.sequence_keys(store.model, store.version, [sequence]),
+                *store.bindings(waiting),
             ],
+            args=args,
         )
+        # The freed slot: backlogged sequences it could not take for want of their keys.
+        await store.pull_more(int(got), named, now_ms, self._idle_ms, self._slots)
         replies: list[tuple[str, Reply]] = []
         for raw in entries:
             request = envelope.decode_request(raw.partition(b":")[2])
