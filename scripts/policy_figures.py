@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Measure the figures issue 3's closing note asks for, on a mesh of real processes:
+"""Measure the policy figures of docs/policy.md on a mesh of real processes:
 
 1. the version split of 2,000 requests without a version, weights {"1": 80, "3": 20}, across
    three gateway processes;

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from shared.wire.errors import invalid
 
-# The gateways are the mesh's bottleneck until Redis or the scheduler is (issue 19's curve on 16
-# cores: 1 -> 3,669, 2 -> 8,346, 4 -> 14,550, 8 -> 16,029 req/s), and the rest of the mesh
-# (scheduler, workers, Redis, Envoy) needs CPUs too: one process per two CPUs, at least 2 (the
+# The gateways are the mesh's bottleneck until Redis or the scheduler is (the journal's big-machine
+# curve on 16 cores: 1 -> 3,669, 2 -> 8,346, 4 -> 14,550, 8 -> 16,029 req/s), and the rest of the
+# mesh (scheduler, workers, Redis, Envoy) needs CPUs too: one process per two CPUs, at least 2 (the
 # old default, no slower on 2 CPUs), at most 8 (beyond, Redis and the scheduler limit).
 MIN_GATEWAYS = 2
 MAX_GATEWAYS = 8
