@@ -20,13 +20,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 from redis.crc import key_slot
+
+from tests.waiting import until_sync
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -161,11 +162,11 @@ class Recorder:
         )
         client = redis.Redis(self.host, self.port)
         try:  # the recorder is attached once the server lists a client in MONITOR mode
-            for _ in range(200):
-                listed = client.client_list()
-                if any("monitor" in str(c.get("cmd", "")) for c in listed):
-                    break
-                time.sleep(0.05)
+            until_sync(
+                lambda: any("monitor" in str(c.get("cmd", "")) for c in client.client_list()),
+                200 * 0.05,
+                every=0.05,
+            )
         finally:
             client.close()
         return self

@@ -10,7 +10,11 @@ task that failed). Which one to use:
   ``ok(value)`` held or time ran out; the caller asserts on the value, so a failure shows it;
 - ``wait_until``: the seconds it took, or ``TimeoutError`` with ``failure`` as its message (a
   string, or a callable for one built at the end: logs). For start-up waits and for tests that
-  assert on how long something took.
+  assert on how long something took;
+- ``retrying_sync``: the value of a call that raises until something is back (a restarted
+  Redis, a registry heartbeats restore); after the bound, its last error propagates.
+
+A loop in a test that waits for something uses these (``tests/unit/test_test_habits.py`` checks).
 """
 
 from __future__ import annotations
@@ -86,4 +90,22 @@ def wait_until(
         if time.monotonic() - start > within:
             message = failure() if callable(failure) else failure
             raise TimeoutError(message or f"condition not met within {within} s")
+        time.sleep(every)
+
+
+def retrying_sync(
+    call: Callable[[], T],
+    within: float,
+    every: float = 0.02,
+    errors: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+) -> T:
+    """``call()``'s value, the first time it returns instead of raising one of ``errors``;
+    after ``within`` seconds, the error of its last try propagates."""
+    end = time.monotonic() + within
+    while True:
+        try:
+            return call()
+        except errors:
+            if time.monotonic() > end:
+                raise
         time.sleep(every)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tests.chaos.chaos_mesh import ChaosMesh
+from tests.waiting import eventually_sync
 
 FREEZE_S = 5.0
 RESTART_DELAY_S = 0.5  # conch up's supervisor restarts a dead service after 0.5 s
@@ -96,12 +97,13 @@ def reply_reader_halfopen(mesh: ChaosMesh) -> Struck:
     started = time.monotonic()
     # A reader cut by the last strike is replaced once its read times out (the block plus the
     # socket timeout, about 10 s): until then there is nothing new to cut, so wait for it.
-    while True:
-        answer = mesh.proxy_command("halfopen conch-gateway-replies")
-        cut = int(answer.rsplit(" ", 1)[-1])
-        if cut >= 1 or time.monotonic() - started > HALFOPEN_WAIT_S:
-            break
-        time.sleep(0.25)
+    answer = eventually_sync(
+        lambda: mesh.proxy_command("halfopen conch-gateway-replies"),
+        lambda said: int(said.rsplit(" ", 1)[-1]) >= 1,
+        HALFOPEN_WAIT_S,
+        every=0.25,
+    )
+    cut = int(answer.rsplit(" ", 1)[-1])
     assert cut >= 1, f"no reply reader connection found to cut in {HALFOPEN_WAIT_S} s ({answer})"
     return Struck(started, time.monotonic(), note=f"{cut} reply reader connection(s) half-open")
 

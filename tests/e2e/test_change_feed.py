@@ -27,6 +27,7 @@ from tests.policy_mesh import (
     running_policy_mesh,
     simple_body,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -67,13 +68,17 @@ def _versions(mesh: Mesh) -> set[str]:
 
 
 def _applied_within(mesh: Mesh, version: str, bound_s: float) -> float | None:
-    """Seconds until every answer comes from ``version`` (None: not within ``bound_s``)."""
+    """Seconds until every answer comes from ``version``, seen by a look begun within
+    ``bound_s`` (None: not)."""
     started = time.monotonic()
-    while time.monotonic() - started < bound_s:
-        if _versions(mesh) == {version}:
-            return time.monotonic() - started
-        time.sleep(0.05)
-    return None
+
+    def applied() -> bool:
+        return time.monotonic() - started < bound_s and _versions(mesh) == {version}
+
+    try:
+        return wait_until(applied, bound_s, every=0.05)
+    except TimeoutError:
+        return None
 
 
 def test_admin_weight_changes_reach_every_gateway_process_at_once(feed_mesh: Mesh) -> None:

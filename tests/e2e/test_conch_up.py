@@ -18,6 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from conch.ports import free_port
 from tests.mesh import ConchUpOutput, start_conch_up, stop_conch_up
+from tests.waiting import eventually_sync, retrying_sync, until_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -44,9 +45,7 @@ def test_conch_up_serves_restarts_and_stops(model_repository: Path) -> None:
         )
         os.kill(worker_pid, signal.SIGKILL)
         output.wait_for(r'"service restarted".*"target":"worker-onnxruntime', 30)
-        deadline = time.monotonic() + 60
-        while not client.is_model_ready("simple") and time.monotonic() < deadline:
-            time.sleep(0.2)
+        until_sync(lambda: client.is_model_ready("simple"), 60, every=0.2)
         np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), 2 * a)
         children = psutil.Process(process.pid).children(recursive=True)
         assert any(
@@ -172,15 +171,9 @@ def test_conch_up_restarts_its_redis(model_repository: Path) -> None:
         )
         redis_server.kill()
         output.wait_for(r'"private redis restarted"', 30)
-        deadline = time.monotonic() + 30
-        while True:  # answers come back once the heartbeats have restored the registry
-            try:
-                result = client.infer("simple", inputs)
-                break
-            except InferenceServerException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
+        result = retrying_sync(  # answers come back once the heartbeats restore the registry
+            lambda: client.infer("simple", inputs), 30, every=0.3, errors=InferenceServerException
+        )
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * a)
     finally:
         alive = stop_conch_up(process)
@@ -220,12 +213,12 @@ def test_conch_up_protocol_flags(model_repository: Path) -> None:
         np.testing.assert_array_equal(
             client.infer("mlp_cached", [tensor]).as_numpy("OUTPUT0"), first
         )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            stats = client.get_inference_statistics("mlp_cached")["model_stats"][0]
-            if stats["inference_stats"]["cache_hit"]["count"] == 1:
-                break
-            time.sleep(0.2)
+        stats = eventually_sync(
+            lambda: client.get_inference_statistics("mlp_cached")["model_stats"][0],
+            lambda found: found["inference_stats"]["cache_hit"]["count"] == 1,
+            10,
+            every=0.2,
+        )
         assert stats["inference_stats"]["cache_hit"]["count"] == 1
     finally:
         alive = stop_conch_up(process)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from shared.wire import keys
 from tests.mesh import Mesh, flush_database, sync_redis
+from tests.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -266,11 +266,7 @@ async def test_requests_arriving_while_an_instance_is_busy_are_queued_and_batche
     worker.send_signal(signal.SIGSTOP)
     try:
         tasks = [asyncio.create_task(one(x)) for x in inputs]
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if len(r.keys(admitted)) >= already + 8:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: len(r.keys(admitted)) >= already + 8, 20)
         assert len(r.keys(admitted)) == already + 8
     finally:
         worker.send_signal(signal.SIGCONT)
@@ -302,11 +298,7 @@ async def test_a_worker_killed_holding_a_direct_batch_is_reclaimed_and_answered_
         tensor = aiohttpclient.InferInput("INPUT0", [1024, WIDTH], "FP32")
         tensor.set_data_from_numpy(x, binary_data=True)
         task = asyncio.create_task(client.infer("heavy", [tensor]))
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if r.xpending(stream, keys.WORKER_GROUP)["pending"] > 0:
-                break
-            await asyncio.sleep(0.005)
+        await until(lambda: r.xpending(stream, keys.WORKER_GROUP)["pending"] > 0, 20, every=0.005)
         [(_, fields)] = r.xrange(stream)
         assert keys.FIELD_DIRECT in fields, "the request did not go direct; nothing was tested"
         mesh.kill("worker-a", signal.SIGKILL)

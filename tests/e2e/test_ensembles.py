@@ -33,7 +33,7 @@ from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from shared.wire import keys
 from tests.mesh import Mesh, flush_database
-from tests.waiting import eventually_sync
+from tests.waiting import eventually_sync, until_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -316,17 +316,13 @@ def test_the_repository_api_unloads_and_loads_an_ensemble(ens_mesh: EnsembleMesh
     client.unload_model("mlp_ensemble")
     # Announced on the change feed, so every scheduler and gateway process hears of it at once
     # and the schedulers leave its readiness set: within the 10 s safety poll with room to spare.
-    deadline = time.monotonic() + 8
-    while client.is_model_ready("mlp_ensemble") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not client.is_model_ready("mlp_ensemble")
+    unloaded = until_sync(lambda: not client.is_model_ready("mlp_ensemble"), 8, every=0.1)
+    assert unloaded, "mlp_ensemble still ready 8 s after its unload"
     index = {m["name"]: m for m in client.get_model_repository_index()}
     assert index["mlp_ensemble"].get("state") != "READY"
     assert client.is_model_ready("mlp")  # its composing models stay
     client.load_model("mlp_ensemble")
-    deadline = time.monotonic() + 20
-    while not client.is_model_ready("mlp_ensemble") and time.monotonic() < deadline:
-        time.sleep(0.1)
+    until_sync(lambda: client.is_model_ready("mlp_ensemble"), 20, every=0.1)
     assert client.infer("mlp_ensemble", [_fp32("INPUT", x)]).as_numpy("SCORES").shape == (1, 16)
     with pytest.raises(InferenceServerException) as raised:  # a bad one: its one line
         client.load_model("bad_cycle")
@@ -394,8 +390,6 @@ def test_an_ensemble_is_ready_only_while_its_composing_models_are(ens_mesh: Ense
     client = httpclient.InferenceServerClient(ens_mesh.mesh.url)
     assert client.is_model_ready("probe_chain") and client.is_model_ready("mlp_ensemble")
     ens_mesh.mesh.kill("worker-py-b", signal.SIGTERM)  # a clean stop leaves the readiness sets
-    deadline = time.monotonic() + 20
-    while client.is_model_ready("probe_chain") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not client.is_model_ready("probe_chain")
+    gone = until_sync(lambda: not client.is_model_ready("probe_chain"), 20, every=0.1)
+    assert gone, "probe_chain still ready 20 s after its worker stopped"
     assert client.is_model_ready("mlp_ensemble")  # its models are all ONNX

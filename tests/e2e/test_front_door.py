@@ -74,14 +74,7 @@ def door(
             CONCH_GATEWAY_DEFAULT_TIMEOUT_MS="3000",
             CONCH_GATEWAY_GRPC_PORT=str(grpc_port),
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://{mesh.url}/v2/models/{MODEL}", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        mesh.wait_http(f"http://{mesh.url}/v2/models/{MODEL}", 60)
         yield mesh, grpc_port
     finally:
         mesh.stop()

@@ -29,6 +29,7 @@ from tests.policy_mesh import (
     slow_body,
     split,
 )
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -65,15 +66,14 @@ def unversioned(index: int) -> tuple[str, dict, dict, int]:
 
 
 def test_three_gateway_processes_share_the_port(policy_mesh: Mesh, rclient: redis.Redis) -> None:
-    deadline = time.monotonic() + 10
-    live: list[str] = []
-    while time.monotonic() < deadline:
-        live = rclient.zrangebyscore(
+    live = eventually_sync(
+        lambda: rclient.zrangebyscore(
             keys.service_registry("gateway"), int(time.time() * 1000), "+inf"
-        )
-        if len(live) == 3:
-            break
-        time.sleep(0.2)
+        ),
+        lambda found: len(found) == 3,
+        10,
+        every=0.2,
+    )
     assert len(live) == 3, live
     ports = {rclient.hget(keys.service_info("gateway", g), "port") for g in live}
     assert ports == {str(policy_mesh.http_port)}
@@ -135,13 +135,12 @@ def test_shadow_traffic_is_recorded_and_discarded(admin: Admin, policy_mesh: Mes
     time.sleep(PROPAGATION_S)
     answers = asyncio.run(Driver(policy_mesh.url).closed_loop(200, 8, unversioned))
     assert {(a.status, a.version) for a in answers} == {(200, "1")}
-    deadline = time.monotonic() + 5
-    counters: dict[str, int] = {}
-    while time.monotonic() < deadline:
-        counters = admin.call("GET", "/v2/admin/models/simple/shadow").json()["counters"]
-        if counters.get("sent", 0) >= 60:
-            break
-        time.sleep(0.1)
+    counters = eventually_sync(
+        lambda: admin.call("GET", "/v2/admin/models/simple/shadow").json()["counters"],
+        lambda found: found.get("sent", 0) >= 60,
+        5,
+        every=0.1,
+    )
     assert 60 <= counters["sent"] <= 140, counters
     assert counters.get("succeeded", 0) == counters["sent"], counters
     assert admin.call("DELETE", "/v2/admin/models/simple/shadow").status_code == 200

@@ -8,6 +8,7 @@ error texts that clients match on."""
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import threading
 import time
@@ -27,18 +28,20 @@ from tritonclient.utils import InferenceServerException
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from tests.mesh import Mesh, flush_database
+from tests.waiting import eventually_sync, until_sync
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
 class Fleet:
-    def __init__(self, mesh: Mesh, grpc_url: str, gateways: list[Mesh], cache: PrivateRedis):
+    def __init__(self, mesh: Mesh, grpc_url: str, gateways: list[str], cache: PrivateRedis):
+        """``gateways``: each gateway's ``host:port`` (the mesh's own first)."""
         self.mesh, self.grpc_url, self.gateways, self.cache = mesh, grpc_url, gateways, cache
         self.python_worker_port = 0
 
     def http(self, index: int = 0) -> httpclient.InferenceServerClient:
-        return httpclient.InferenceServerClient(self.gateways[index].url)
+        return httpclient.InferenceServerClient(self.gateways[index])
 
     def grpc(self) -> grpcclient.InferenceServerClient:
         return grpcclient.InferenceServerClient(self.grpc_url)
@@ -82,7 +85,8 @@ def fleet(
         "CONCH_GATEWAY_GRPC_HEADER_FORWARD_PATTERN": "^probe_",
     }
     mesh = Mesh(redis_server.url, repository, log_dir=logs)
-    gateways = [mesh] + [Mesh(redis_server.url, repository, log_dir=logs) for _ in range(2)]
+    extra_ports = [free_port(), free_port()]
+    gateways = [mesh.url] + [f"localhost:{port}" for port in extra_ports]
     try:
         mesh.start_scheduler()
         mesh.start_worker()
@@ -90,17 +94,16 @@ def fleet(
             "python-worker", backend="python", CONCH_WORKER_HEALTH_PORT=str(python_worker_port)
         )
         mesh.start_gateway(1, CONCH_GATEWAY_GRPC_PORT=str(grpc_port), **gateway_env)
-        for index, extra in enumerate(gateways[1:], start=2):
-            extra.start_gateway(1, name=f"gateway{index}", **gateway_env)
+        for index, port in enumerate(extra_ports, start=2):
+            mesh.start_gateway(
+                1, name=f"gateway{index}", CONCH_GATEWAY_HTTP_PORT=str(port), **gateway_env
+            )
         models = ["simple", "mlp", "mlp_cached", "simple_string", "simple_identity", "python_probe"]
-        for gateway in gateways:
-            gateway.wait_ready(models, timeout_s=120)
+        mesh.wait_ready(models, timeout_s=120, urls=[f"http://{url}" for url in gateways])
         found = Fleet(mesh, f"127.0.0.1:{grpc_port}", gateways, cache)
         found.python_worker_port = python_worker_port
         yield found
     finally:
-        for gateway in gateways[1:]:
-            gateway.stop()
         mesh.stop()
         cache.stop()
 
@@ -235,9 +238,7 @@ def test_region_unregistered_mid_use_is_a_clear_error(
 
     thread = threading.Thread(target=call)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not any(inside.iterdir()) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    until_sync(lambda: any(inside.iterdir()), 30, every=0.01)  # the model is in execute
     client.unregister_system_shared_memory("mid-use")
     thread.join(30)
     assert "error" in found, found
@@ -298,8 +299,8 @@ def cache_stats(fleet: Fleet) -> dict[str, Any]:
     return {**found["inference_stats"], "inference_count": found["inference_count"]}
 
 
-def gateway_counter(gateway: Mesh, name: str) -> float:
-    text = httpx.get(f"http://{gateway.url}/metrics").text
+def gateway_counter(gateway: str, name: str) -> float:
+    text = httpx.get(f"http://{gateway}/metrics").text
     for line in text.splitlines():
         if line.startswith(f'{name}{{model="mlp_cached"'):
             return float(line.split()[-1])
@@ -326,12 +327,12 @@ def test_a_repeated_request_hits_on_every_gateway(fleet: Fleet) -> None:
     assert gateway_counter(fleet.gateways[1], "nv_cache_num_hits_per_model") >= 1
     assert gateway_counter(fleet.gateways[2], "nv_cache_num_hits_per_model") >= 1
     assert gateway_counter(fleet.gateways[1], "nv_cache_num_misses_per_model") == 0
-    deadline = time.monotonic() + 10  # statistics are flushed to Redis once a second
-    while time.monotonic() < deadline:
-        after = cache_stats(fleet)
-        if after["cache_hit"]["count"] - before["cache_hit"]["count"] >= 4:
-            break
-        time.sleep(0.2)
+    after = eventually_sync(  # statistics are flushed to Redis once a second
+        lambda: cache_stats(fleet),
+        lambda now: now["cache_hit"]["count"] - before["cache_hit"]["count"] >= 4,
+        10,
+        every=0.2,
+    )
     assert after["cache_hit"]["count"] - before["cache_hit"]["count"] == 4
     assert after["cache_miss"]["count"] - before["cache_miss"]["count"] == 1
     assert after["inference_count"] - before["inference_count"] == 1  # executed once
@@ -343,12 +344,12 @@ def test_uncached_model_and_other_inputs_are_not_hits(fleet: Fleet) -> None:
     fleet.http().infer("mlp_cached", mlp_input(httpclient, 12))
     fleet.http().infer("mlp", mlp_input(httpclient, 12))
     fleet.http().infer("mlp", mlp_input(httpclient, 12))
-    deadline = time.monotonic() + 10  # statistics are flushed to Redis once a second
-    while time.monotonic() < deadline:
-        after = cache_stats(fleet)
-        if after["cache_miss"]["count"] > before["cache_miss"]["count"]:
-            break
-        time.sleep(0.2)
+    after = eventually_sync(  # statistics are flushed to Redis once a second
+        lambda: cache_stats(fleet),
+        lambda now: now["cache_miss"]["count"] > before["cache_miss"]["count"],
+        10,
+        every=0.2,
+    )
     assert after["cache_miss"]["count"] == before["cache_miss"]["count"] + 1
     assert after["cache_hit"]["count"] == before["cache_hit"]["count"]
 
@@ -382,10 +383,7 @@ def test_log_settings_reach_every_service(fleet: Fleet) -> None:
         return "log level changed" in text and "DEBUG" in text
 
     for service in ("worker", "python-worker", "scheduler"):
-        deadline = time.monotonic() + 30
-        while not changed(service) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert changed(service), service
+        assert until_sync(functools.partial(changed, service), 30, every=0.1), service
     grpc = fleet.grpc().update_log_settings({"log_verbose_level": 0}, as_json=True)
     assert grpc["settings"]["log_verbose_level"]["uint32_param"] == 0
     with pytest.raises(InferenceServerException, match="log file location"):

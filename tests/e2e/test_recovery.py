@@ -20,6 +20,7 @@ from tritonclient.utils import InferenceServerException
 from conch.private_redis import PrivateRedis
 from shared.wire import keys
 from tests.mesh import Mesh, flush_database, sync_redis
+from tests.waiting import retrying_sync, until
 
 pytestmark = pytest.mark.e2e
 
@@ -110,12 +111,8 @@ async def test_worker_killed_mid_batch_loses_no_request(recovery_mesh: Mesh) -> 
         tasks = [asyncio.create_task(one(i)) for i in range(40)]
         # Let the worker take batches, then kill it without warning.
         r = sync_redis(mesh.redis_url)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            pending = r.xpending(keys.batch_stream("slow", 1), keys.WORKER_GROUP)
-            if pending["pending"] > 0:
-                break
-            await asyncio.sleep(0.005)
+        stream = keys.batch_stream("slow", 1)
+        await until(lambda: r.xpending(stream, keys.WORKER_GROUP)["pending"] > 0, 10, every=0.005)
         mesh.kill("worker-a", signal.SIGKILL)
         answered_at_kill = len(done)
         left_behind = r.xlen(keys.batch_stream("slow", 1))
@@ -205,15 +202,12 @@ def test_the_mesh_recovers_when_redis_restarts_empty(
         server.stop()
         restarted = PrivateRedis(port=server.port, persistent_dir=server.dir).start()
         try:
-            deadline = time.monotonic() + 30
-            while True:  # answers come back once the heartbeats have restored the registry
-                try:
-                    result = client.infer("simple", inputs)
-                    break
-                except InferenceServerException:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.3)
+            result = retrying_sync(  # answers come back once heartbeats restore the registry
+                lambda: client.infer("simple", inputs),
+                30,
+                every=0.3,
+                errors=InferenceServerException,
+            )
             np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * a)
             for _ in range(20):  # and keep coming, through every service
                 np.testing.assert_array_equal(

@@ -25,6 +25,7 @@ from conch.ports import free_port
 from conch.private_redis_cluster import PrivateRedisCluster
 from shared.wire import keys
 from tests.mesh import ConchUpOutput, Mesh, start_conch_up, stop_conch_up
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -63,9 +64,7 @@ def test_conch_up_with_a_private_redis_cluster(model_repository: Path) -> None:
 def _check_an_ensemble(client: httpclient.InferenceServerClient) -> None:
     """Three steps on another slot than the ensemble's own: START, the steps' admissions and STEP
     go to different nodes (START first: a cluster pipeline's nodes run in no set order)."""
-    deadline = time.monotonic() + 60
-    while not client.is_model_ready("add_sub_chain") and time.monotonic() < deadline:
-        time.sleep(0.5)
+    until_sync(lambda: client.is_model_ready("add_sub_chain"), 60, every=0.5)
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     b = np.full((1, 16), 3, dtype=np.float32)
     for _ in range(5):
@@ -111,15 +110,16 @@ class Load:
         """Wait until ``settle_s`` after ``since`` (every request in flight then has met its
         deadline) and 20 requests in a row have succeeded after the last failure, or until
         ``within_s``; the assertions judge what happened."""
-        while time.monotonic() < since + within_s:
-            time.sleep(0.5)
+
+        def recovered() -> bool:
             if time.monotonic() < since + settle_s:
-                continue
+                return False
             with self._lock:
                 outcomes = list(self.outcomes)
             last_failure = max((o.done for o in outcomes if o.kind != "ok"), default=since)
-            if sum(o.kind == "ok" and o.sent > last_failure for o in outcomes) >= 20:
-                return
+            return sum(o.kind == "ok" and o.sent > last_failure for o in outcomes) >= 20
+
+        until_sync(recovered, since + within_s - time.monotonic(), every=0.5)
 
     def _run(self) -> None:
         client = httpclient.InferenceServerClient(

@@ -36,6 +36,7 @@ from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from shared.wire import keys
 from tests.mesh import Mesh, flush_database, sync_redis
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -442,10 +443,8 @@ def test_cancelling_a_request_of_a_sequence_ends_the_sequence(seq_mesh: Sequence
         assert chunk, answer
         answer += chunk
     running.close()
-    deadline = time.monotonic() + 10
-    while stats()["cancel"]["count"] == before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert stats()["cancel"]["count"] == before + 1
+    cancelled = eventually_sync(lambda: stats()["cancel"]["count"], lambda n: n != before, 10, 0.1)
+    assert cancelled == before + 1
     with pytest.raises(InferenceServerException) as refused:
         step(8)
     assert (
@@ -481,12 +480,12 @@ def test_workers_export_active_sequences_slots_and_events(seq_mesh: SequenceMesh
     client = httpclient.InferenceServerClient(seq_mesh.http[0])
     for seq in (901, 902, 903):
         http_step(client, "sequence_accumulator", seq, 1, start=True)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # holders publish occupancy on their reconcile ticks
-        totals = sequence_metrics(seq_mesh, "sequence_accumulator")
-        if totals.get("conch_sequences_active", 0) >= 3:
-            break
-        time.sleep(0.2)
+    totals = eventually_sync(  # holders publish occupancy on their reconcile ticks
+        lambda: sequence_metrics(seq_mesh, "sequence_accumulator"),
+        lambda found: found.get("conch_sequences_active", 0) >= 3,
+        10,
+        every=0.2,
+    )
     assert totals["conch_sequences_active"] >= 3
     assert totals["conch_sequence_slots"] == 16  # two instances of max_batch_size 8
     assert totals["conch_sequence_backlog"] == 0

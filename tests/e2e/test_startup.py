@@ -4,11 +4,11 @@ clashes refused, start-up failures loud and final."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from tests.mesh import ConchUpOutput, Mesh, flush_database, start_conch_up, stop_conch_up
+from tests.waiting import eventually_sync, until_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -107,24 +108,25 @@ def test_ready_means_every_model_is_ready_in_every_gateway_process(startup_mesh:
     base = f"http://{mesh.url}"
     mesh.start_gateway(processes=3)
     mesh.start_scheduler()
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            first = httpx.get(f"{base}/v2/health/ready", timeout=2)
-            break
-        except httpx.HTTPError:
-            assert time.monotonic() < deadline, mesh.logs()
-            time.sleep(0.1)
+
+    def first_answer() -> httpx.Response | None:
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"{base}/v2/health/ready", timeout=2)
+        return None
+
+    first = eventually_sync(first_answer, lambda found: found is not None, 60, every=0.1)
+    assert first is not None, mesh.logs()
     assert first.status_code == 503
     assert "no worker has read the model repository yet" in first.json()["error"]
 
     mesh.start_worker("worker-python", backend="python")
     mesh.start_worker("worker-onnxruntime", backend="onnxruntime")
     loading: list[httpx.Response] = []
-    deadline = time.monotonic() + 90
-    while (ready := httpx.get(f"{base}/v2/health/ready", timeout=2)).status_code != 200:
-        assert time.monotonic() < deadline, f"never ready: {ready.text}\n{mesh.logs()}"
-        if "slow_loading" in ready.text and len(loading) < 3:
+
+    def ready_now() -> httpx.Response:
+        """/v2/health/ready; while it names slow_loading, a request to it (up to three)."""
+        ready = httpx.get(f"{base}/v2/health/ready", timeout=2)
+        if ready.status_code != 200 and "slow_loading" in ready.text and len(loading) < 3:
             loading.append(
                 httpx.post(
                     f"{base}/v2/models/slow_loading/infer",
@@ -133,7 +135,10 @@ def test_ready_means_every_model_is_ready_in_every_gateway_process(startup_mesh:
                     timeout=10,
                 )
             )  # fmt: skip
-        time.sleep(0.02)
+        return ready
+
+    ready = eventually_sync(ready_now, lambda found: found.status_code == 200, 90)
+    assert ready.status_code == 200, f"never ready: {ready.text}\n{mesh.logs()}"
     outcomes = asyncio.run(_fire(mesh.url, 400))
     assert outcomes == Counter({"ok": 400}), outcomes
     assert loading, "the model never showed as loading: nothing was tested"
@@ -289,14 +294,14 @@ def test_no_other_process_can_join_the_gateway_ports(startup_mesh: Mesh) -> None
     mesh = startup_mesh
     grpc_port = free_port()
     mesh.start_gateway(processes=2, CONCH_GATEWAY_GRPC_PORT=str(grpc_port))
-    deadline = time.monotonic() + 60
-    for port in (mesh.http_port, grpc_port):  # both listening (gRPC: the first process's)
-        while True:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert time.monotonic() < deadline, mesh.logs()
-            time.sleep(0.1)
+
+    def listening(port: int) -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    # Both listening (gRPC: the first process's).
+    ports = (mesh.http_port, grpc_port)
+    assert until_sync(lambda: all(listening(port) for port in ports), 60, every=0.1), mesh.logs()
     for port in (mesh.http_port, grpc_port):
         for host in ("127.0.0.1", "0.0.0.0"):
             with socket.socket() as stranger:

@@ -30,6 +30,7 @@ from tritonclient.utils import InferenceServerException
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from tests.mesh import Mesh, flush_database
+from tests.waiting import eventually_sync, until_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -307,12 +308,10 @@ def test_cancelling_the_caller_cancels_its_decoupled_bls_call(stream_mesh: Strea
     assert [r.as_numpy("OUT").tolist() for r in collected.take(2)] == [[0], [1]]
     client.stop_stream(cancel_requests=True)
     client.close()
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if path.read_text(errors="replace").count(marker) > seen:
-            break
-        time.sleep(0.1)
-    assert path.read_text(errors="replace").count(marker) == seen + 1
+    count = eventually_sync(
+        lambda: path.read_text(errors="replace").count(marker), lambda n: n > seen, 15, every=0.1
+    )
+    assert count == seen + 1
 
 
 def _stats(stream_mesh: StreamMesh, model: str) -> dict:
@@ -322,12 +321,7 @@ def _stats(stream_mesh: StreamMesh, model: str) -> dict:
 
 def _worker_log_has(stream_mesh: StreamMesh, text: str, timeout_s: float = 15) -> bool:
     path = stream_mesh.mesh.log_dir / "worker.log"  # type: ignore[operator]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if text in path.read_text(errors="replace"):
-            return True
-        time.sleep(0.1)
-    return False
+    return until_sync(lambda: text in path.read_text(errors="replace"), timeout_s, every=0.1)
 
 
 def test_grpc_cancel_while_running_reaches_is_cancelled(stream_mesh: StreamMesh) -> None:
@@ -342,12 +336,13 @@ def test_grpc_cancel_while_running_reaches_is_cancelled(stream_mesh: StreamMesh)
     client.close()
     # The model's own record: it saw is_cancelled() and stopped well before 50 responses.
     assert _worker_log_has(stream_mesh, "repeat_int32 cancelled")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if _stats(stream_mesh, "repeat_int32")["cancel"]["count"] > before:
-            break
-        time.sleep(0.2)
-    assert _stats(stream_mesh, "repeat_int32")["cancel"]["count"] == before + 1
+    cancelled = eventually_sync(
+        lambda: _stats(stream_mesh, "repeat_int32")["cancel"]["count"],
+        lambda n: n > before,
+        10,
+        every=0.2,
+    )
+    assert cancelled == before + 1
 
 
 def test_sse_client_disconnect_stops_the_model(stream_mesh: StreamMesh) -> None:
@@ -361,12 +356,10 @@ def test_sse_client_disconnect_stops_the_model(stream_mesh: StreamMesh) -> None:
         first = next(line for line in lines if line)
         assert first.startswith("data: ") and '"OUT":0' in first
     # The connection is closed: the model stops at its next response.
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if path.read_text(errors="replace").count(marker) > seen:
-            break
-        time.sleep(0.1)
-    assert path.read_text(errors="replace").count(marker) == seen + 1
+    count = eventually_sync(
+        lambda: path.read_text(errors="replace").count(marker), lambda n: n > seen, 15, every=0.1
+    )
+    assert count == seen + 1
 
 
 def _scheduler_pending(stream_mesh: StreamMesh, model: str) -> float:
@@ -408,10 +401,8 @@ def test_an_ordinary_python_model_sees_is_cancelled_while_it_runs(
     hold.touch()
     try:
         sock = _raw_infer(stream_mesh.mesh.http_port, 9501)
-        deadline = time.monotonic() + 10
-        while not list(record.glob("holding-worker-*")) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert list(record.glob("holding-worker-*")), "the request is not running"
+        running = until_sync(lambda: list(record.glob("holding-worker-*")), 10)
+        assert running, "the request is not running"
         sock.close()  # the client goes away while its request runs
         assert _worker_log_has(stream_mesh, "chaos_recorder cancelled 9501", timeout_s=10)
         assert hold.exists()  # seen while running, not after the hold ended
@@ -442,21 +433,22 @@ def test_cancel_while_queued_never_runs(stream_mesh: StreamMesh) -> None:
         for holder in holders:
             holder.start()
             time.sleep(0.2)  # one batch each
-        deadline = time.monotonic() + 10
-        while len(list(record.glob("holding-worker-*"))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert len(list(record.glob("holding-worker-*"))) == 2, "the instances are not busy"
+        holding = eventually_sync(
+            lambda: len(list(record.glob("holding-worker-*"))), lambda n: n >= 2, 10
+        )
+        assert holding == 2, "the instances are not busy"
         queued = _raw_infer(port, base_id + 3)  # waits: both instances are busy
         time.sleep(0.5)
         queued.close()  # the client goes away while its request waits
         # The scheduler takes it out of its queue at once (counted while both instances are
         # still held): it does not keep its place until a worker reaches it.
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if _stats(stream_mesh, "chaos_recorder")["cancel"]["count"] > before:
-                break
-            time.sleep(0.1)
-        assert _stats(stream_mesh, "chaos_recorder")["cancel"]["count"] == before + 1
+        cancelled = eventually_sync(
+            lambda: _stats(stream_mesh, "chaos_recorder")["cancel"]["count"],
+            lambda n: n > before,
+            10,
+            every=0.1,
+        )
+        assert cancelled == before + 1
         assert _scheduler_pending(stream_mesh, "chaos_recorder") == 0
     finally:
         hold.unlink()

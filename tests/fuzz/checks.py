@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import redis
 
+from tests.waiting import eventually_sync
+
 ANSWER_WITHIN_S = 15.0  # "never a hang": every answer well before this
 
 
@@ -73,21 +75,23 @@ def orphans(redis_url: str, timeout_s: float = 30.0) -> dict[str, int]:
     """Entries left in any model's request or batch streams (queued or pending) and dead
     letters, once the mesh has had ``timeout_s`` to finish what it accepted."""
     client = redis.Redis.from_url(redis_url)
-    deadline = time.monotonic() + timeout_s
+
+    def left() -> dict[str, int]:
+        queued = pending = dead = 0
+        for raw in client.scan_iter(match="conch:m:*", count=1000):
+            key = raw.decode()
+            if client.type(key) != b"stream":
+                continue
+            if key.endswith(":dead"):
+                dead += client.xlen(key)
+                continue
+            queued += client.xlen(key)
+            pending += sum(int(g["pending"]) for g in client.xinfo_groups(key))
+        return {"queued": queued, "pending": pending, "dead-lettered": dead}
+
     try:
-        while True:
-            queued = pending = dead = 0
-            for raw in client.scan_iter(match="conch:m:*", count=1000):
-                key = raw.decode()
-                if client.type(key) != b"stream":
-                    continue
-                if key.endswith(":dead"):
-                    dead += client.xlen(key)
-                    continue
-                queued += client.xlen(key)
-                pending += sum(int(g["pending"]) for g in client.xinfo_groups(key))
-            if (queued == 0 and pending == 0) or time.monotonic() > deadline:
-                return {"queued": queued, "pending": pending, "dead-lettered": dead}
-            time.sleep(0.5)
+        return eventually_sync(
+            left, lambda found: found["queued"] == found["pending"] == 0, timeout_s, every=0.5
+        )
     finally:
         client.close()

@@ -20,6 +20,7 @@ import pytest
 
 from tests import netns_lab
 from tests.netns_mesh import NetMesh
+from tests.waiting import until_sync
 
 pytestmark = [pytest.mark.e2e]
 
@@ -125,11 +126,9 @@ def test_a_worker_cut_off_from_redis_is_reclaimed_and_its_late_result_dropped(
     assert held, "w1 never held a batch to cut it off with"
     # Healed once w2 has taken w1's batch over (about the 3 s dead bound), not after a fixed
     # wait: the late result w1 then publishes is the one that must be dropped.
-    taken_over = time.monotonic() + 30
-    while time.monotonic() < taken_over:
-        if _metric(mesh, "w2", "conch_stream_entries_redelivered_total") >= 1:
-            break
-        time.sleep(0.5)
+    until_sync(
+        lambda: _metric(mesh, "w2", "conch_stream_entries_redelivered_total") >= 1, 30, every=0.5
+    )
     mesh.lab.heal("w1")
     client.wait(timeout=120)
     answers = json.loads(out.read_text())

@@ -14,6 +14,7 @@ from shared.model_config import parse_pbtxt
 from shared.runtime import clock
 from shared.wire import envelope, keys
 from shared.wire.errors import ErrorCode
+from tests.waiting import eventually_sync
 from workers.python.bls_caller import Caller, batch_caller
 from workers.python.bls_client import BlsClient, BlsSettings
 
@@ -53,11 +54,7 @@ def test_a_call_is_queued_with_the_callers_priority_tenant_and_deadline(redis_ur
     sync = redis.Redis.from_url(redis_url)
     try:
         stream = keys.request_stream("target", 1, 2)  # the caller's level, not the default 3
-        for _ in range(50):
-            entries = sync.xrange(stream)
-            if entries:
-                break
-            time.sleep(0.05)
+        entries = eventually_sync(lambda: sync.xrange(stream), bool, 50 * 0.05, every=0.05)
         (_, fields), *_ = entries
         header = envelope.decode_header(fields[keys.FIELD_HEADER])
         request = envelope.decode_request(fields[keys.FIELD_DATA])
@@ -95,11 +92,8 @@ def test_a_call_to_an_idle_model_goes_direct_with_the_callers_priority(redis_url
         "target", -1, [("X", np.ones((1, 4), np.float32))], [], {}, 0, Caller(deadline, 2, "t")
     )
     try:
-        for _ in range(50):
-            entries = sync.xrange(keys.batch_stream("target", 1))
-            if entries:
-                break
-            time.sleep(0.05)
+        batches = keys.batch_stream("target", 1)
+        entries = eventually_sync(lambda: sync.xrange(batches), bool, 50 * 0.05, every=0.05)
         [(_, fields)] = entries
         assert set(fields) == {keys.FIELD_HEADER, keys.FIELD_DIRECT}
         header = envelope.decode_header(fields[keys.FIELD_HEADER])

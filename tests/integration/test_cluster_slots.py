@@ -25,6 +25,7 @@ from conch.private_redis import PrivateRedis
 from tests.mesh import Mesh
 from tests.policy_mesh import ADMIN_TOKEN, Admin
 from tests.redis_slots import KeyFinder, Recorder, violations
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -137,17 +138,18 @@ def _workload(mesh: Mesh) -> None:
     _ok(admin.call("GET", "/v2/admin/tenants/acme"))
     key = {"Authorization": "Bearer k-slot-test-0123456789"}
     with httpx.Client(base_url=f"http://{mesh.url}") as http:
+        body = {"inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16},
+        ]}  # fmt: skip
         deadline = time.monotonic() + 10  # gateways reload tenants within a second
         for _ in range(3):
-            body = {"inputs": [
-                {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16},
-                {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16},
-            ]}  # fmt: skip
-            while True:
-                reply = http.post("/v2/models/simple/infer", json=body, headers=key)
-                if reply.status_code != 401 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
+            reply = eventually_sync(
+                lambda: http.post("/v2/models/simple/infer", json=body, headers=key),
+                lambda answer: answer.status_code != 401,
+                deadline - time.monotonic(),
+                every=0.1,
+            )
             assert reply.status_code == 200, reply.text
     _ok(admin.weights("simple", {"1": 100}))
     _ok(admin.call("DELETE", "/v2/admin/models/simple/weights"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import httpx
@@ -14,6 +13,7 @@ import pytest
 
 from conch.ports import free_port
 from tests.mesh import ConchUpOutput, needs_prometheus, start_conch_up, stop_conch_up
+from tests.waiting import eventually_sync
 
 pytestmark = [pytest.mark.e2e, needs_prometheus]
 
@@ -39,14 +39,14 @@ def test_conch_up_with_prometheus_scrapes_every_service(
     try:
         output.wait_for(re.escape(f"Conch is ready at http://localhost:{port}"), 120)
         assert any(f"Prometheus: {url}" in line for line in output.seen), output.seen[-20:]
-        deadline = time.monotonic() + 30
-        jobs: dict[str, str] = {}
-        while time.monotonic() < deadline:
+
+        def health() -> dict[str, str]:
             targets = httpx.get(f"{url}/api/v1/targets", timeout=5).json()["data"]
-            jobs = {t["labels"]["job"]: t["health"] for t in targets["activeTargets"]}
-            if len(jobs) == 4 and set(jobs.values()) == {"up"}:
-                break
-            time.sleep(0.5)
+            return {t["labels"]["job"]: t["health"] for t in targets["activeTargets"]}
+
+        jobs = eventually_sync(
+            health, lambda found: len(found) == 4 and set(found.values()) == {"up"}, 30, every=0.5
+        )
         assert jobs == {
             "prometheus": "up",
             "conch-gateway": "up",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 
 from conch.private_redis import PrivateRedis
 from tests.mesh import Mesh, flush_database
+from tests.waiting import eventually_sync
 
 pytest.importorskip("opentelemetry.sdk.trace")
 pytestmark = pytest.mark.e2e
@@ -70,17 +70,17 @@ def test_one_trace_crosses_gateway_scheduler_and_worker(traced_mesh: Mesh) -> No
         "conch.worker.execute",
         "conch.worker.reply",
     }
-    deadline = time.monotonic() + 10
-    by_name: dict[str, dict] = {}
-    while time.monotonic() < deadline:
+
+    def last_trace() -> dict[str, dict]:
+        """The spans of the last trace with a gateway root, by name."""
         spans = _spans(traced_mesh)
         roots = [s for s in spans if s["name"] == "conch.gateway.infer"]
-        if roots:
-            trace_id = roots[-1]["context"]["trace_id"]
-            by_name = {s["name"]: s for s in spans if s["context"]["trace_id"] == trace_id}
-            if set(by_name) >= wanted:
-                break
-        time.sleep(0.2)
+        if not roots:
+            return {}
+        trace_id = roots[-1]["context"]["trace_id"]
+        return {s["name"]: s for s in spans if s["context"]["trace_id"] == trace_id}
+
+    by_name = eventually_sync(last_trace, lambda found: set(found) >= wanted, 10, every=0.2)
     assert set(by_name) >= wanted, f"spans seen: {sorted(by_name)}\n{traced_mesh.logs()}"
     root = by_name["conch.gateway.infer"]
     assert root["parent_id"] is None

@@ -26,6 +26,7 @@ import pytest
 from shared.model_config import InstanceGroup, parse_pbtxt
 from shared.storage.repository import RepositoryModel, read_model
 from shared.wire.errors import ConchError, ErrorCode
+from tests.waiting import until_sync
 from workers.backend import LoadSpec, ModelInstance, ModelRequest
 from workers.loading.warmup import run_warmup
 from workers.python.backend import PythonBackend, PythonModelInstance
@@ -331,10 +332,7 @@ def test_model_process_exits_when_the_worker_is_killed(repo: Path, tmp_path: Pat
     finally:
         worker.kill()
         worker.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _running(model_pid):
-        time.sleep(0.1)
-    assert not _running(model_pid)
+    assert until_sync(lambda: not _running(model_pid), 10, every=0.1), "the model outlived it"
 
 
 def _running(pid: int) -> bool:

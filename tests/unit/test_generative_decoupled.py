@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "workers" / "python
 import pb_metrics
 import triton_python_backend_utils as pb_utils
 
+from tests.waiting import until_sync
+
 sys.path.pop(0)
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -199,12 +201,7 @@ def test_a_cancelled_request_stops_and_is_closed_with_a_final_flag(served) -> No
     assert sender.sent[-1] == (None, FINAL)  # flags-only final
     assert len(sender.sent) <= 5  # the token of the step in flight at most, then the final
     engine = instance.engine
-    deadline = threading.Event()
-    for _ in range(100):
-        if engine.running == 0:
-            break
-        deadline.wait(0.01)
-    assert engine.running == 0
+    assert until_sync(lambda: engine.running == 0, 100 * 0.01, every=0.01), engine.running
     families = {f["name"]: f for f in pb_metrics.snapshot(0)[1]}
     assert "conch_generation_cancelled_total" in families
 
