@@ -8,7 +8,7 @@ import urllib.request
 import numpy as np
 import tritonclient.http as httpclient
 
-from tests.compose.conftest import http_json
+from tests.compose.conftest import ADMIN_TOKEN, http_json
 
 
 def test_the_readme_example_answers_through_envoy(http_url: str) -> None:
@@ -47,7 +47,9 @@ def test_a_binary_request_and_binary_outputs(http_url: str) -> None:
 def test_the_repository_and_metadata_apis(http_url: str) -> None:
     client = httpclient.InferenceServerClient(http_url)
     assert client.is_server_live() and client.is_server_ready()
-    index = {m["name"]: m for m in client.get_model_repository_index()}
+    assert ADMIN_TOKEN, "make compose-test sets CONCH_ADMIN_TOKEN: the repository API needs it"
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    index = {m["name"]: m for m in client.get_model_repository_index(headers=headers)}
     for name in (
         "simple",
         "add_sub",

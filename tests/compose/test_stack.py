@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,7 @@ def test_conch_containers_are_locked_down(service: str) -> None:
     assert host["RestartPolicy"]["Name"] == "unless-stopped"
     assert info["State"]["Health"]["Status"] == "healthy"
     # The process really runs as that user, with no effective capabilities.
-    status = open(f"/proc/{info['State']['Pid']}/status").read()
+    status = Path(f"/proc/{info['State']['Pid']}/status").read_text()
     uid = next(line for line in status.splitlines() if line.startswith("Uid:")).split()
     assert uid[1:] == ["10001"] * 4, uid
     cap_eff = next(line for line in status.splitlines() if line.startswith("CapEff:"))
