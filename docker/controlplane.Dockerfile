@@ -6,7 +6,9 @@ ARG BASE_IMAGE=conch/base:0.1.0
 
 # Conch's own wheel, built from the source (the dependencies are the base image's already).
 FROM ${BASE_IMAGE} AS build
-USER root
+# The build stage only: its wheel is all the runtime stage takes from it.
+# hadolint ignore=DL3002
+USER 0
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY shared ./shared
@@ -17,7 +19,8 @@ COPY workers ./workers
 RUN conch-pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
 
 FROM ${BASE_IMAGE} AS runtime
-USER root
+# Root to install, then the conch user again (below).
+USER 0
 COPY docker/constraints.txt /tmp/constraints.txt
 # grpcio and xds-protos only: the image has no Envoy binary (Envoy runs in its own image).
 RUN --mount=type=secret,id=ca \

@@ -6,7 +6,9 @@ ARG BASE_IMAGE=conch/base:0.1.0
 
 # Conch's own wheel, built from the source (the dependencies are the base image's already).
 FROM ${BASE_IMAGE} AS build
-USER root
+# The build stage only: its wheel is all the runtime stage takes from it.
+# hadolint ignore=DL3002
+USER 0
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY shared ./shared
@@ -17,7 +19,8 @@ COPY workers ./workers
 RUN conch-pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
 
 FROM ${BASE_IMAGE} AS runtime
-USER root
+# Root to install, then the conch user again (below).
+USER 0
 COPY docker/constraints.txt /tmp/constraints.txt
 # torch's version comes from the constraints; its build from this index: PyTorch's CPU index by
 # default (no CUDA libraries). Where only PyPI is reachable, TORCH_INDEX_URL=https://pypi.org/simple

@@ -10,6 +10,7 @@ RUN apt-get update \
  && mkdir -p /prometheus && chown nobody:nogroup /prometheus
 LABEL org.opencontainers.image.description="Conch stand-in for the official prometheus image"
 WORKDIR /prometheus
+# hadolint ignore=DL3066
 USER nobody
 EXPOSE 9090
 ENTRYPOINT ["/usr/bin/prometheus"]

@@ -10,6 +10,7 @@ RUN apt-get update \
  && mkdir -p /data /usr/local/etc/redis && chown redis:redis /data
 LABEL org.opencontainers.image.description="Conch stand-in for the official redis image"
 WORKDIR /data
+# hadolint ignore=DL3066
 USER redis
 EXPOSE 6379
 CMD ["redis-server"]
