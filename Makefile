@@ -11,7 +11,7 @@ REPO ?= examples/model_repository
 TORCH ?= torch
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: up install install-test models test chaos lint bench prometheus
+.PHONY: up install install-test models test chaos lint bench prometheus compose-test
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -64,3 +64,10 @@ chaos: install-test
 lint: $(PY)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# The README's compose section for real (scripts/compose-test.sh): a Docker engine (installed and
+# started where missing), the base images (pulled, or Debian stand-ins where no registry
+# answers), every CPU image built, `docker compose --profile cpu up -d --wait`, tests/compose/
+# against the published ports, and always `down -v`. Needs root or sudo where Docker is missing.
+compose-test: install-test models
+	scripts/compose-test.sh

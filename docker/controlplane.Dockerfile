@@ -1,34 +1,37 @@
-# syntax=docker/dockerfile:1.7
 # Conch xDS control plane: tells Envoy which gateways are live (grpcio + xds-protos).
-# Build from the repository root:  docker build -f docker/controlplane.Dockerfile -t conch-controlplane .
-ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
+# Derives from the base image (docker/base.Dockerfile: Python + Conch's dependencies), which is
+# built first:  docker compose --profile base build base
+# Build from the repository root:  docker build -f docker/controlplane.Dockerfile -t conch/controlplane:0.1.0 .
+ARG BASE_IMAGE=conch/base:0.1.0
 
-FROM ${PYTHON_IMAGE} AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# Conch's own wheel, built from the source (the dependencies are the base image's already).
+FROM ${BASE_IMAGE} AS build
+# The build stage only: its wheel is all the runtime stage takes from it.
+# hadolint ignore=DL3002
+USER 0
 WORKDIR /src
-RUN python -m venv /opt/conch
-COPY docker/constraints.txt /tmp/constraints.txt
 COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY conch ./conch
 COPY gateway ./gateway
 COPY scheduler ./scheduler
 COPY workers ./workers
-# grpcio and xds-protos only: the image has no Envoy binary (Envoy runs in its own image).
-RUN /opt/conch/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt . \
- && /opt/conch/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt grpcio xds-protos
+RUN conch-pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
 
-FROM ${PYTHON_IMAGE} AS runtime
-RUN groupadd --system --gid 10001 conch \
- && useradd --system --uid 10001 --gid conch --no-create-home --shell /usr/sbin/nologin conch
-COPY --from=build /opt/conch /opt/conch
+FROM ${BASE_IMAGE} AS runtime
+# Root to install, then the conch user again (below).
+USER 0
+COPY docker/constraints.txt /tmp/constraints.txt
+# grpcio and xds-protos only: the image has no Envoy binary (Envoy runs in its own image).
+RUN --mount=type=secret,id=ca \
+    conch-pip install --constraint /tmp/constraints.txt grpcio xds-protos
+# The source last: a code change rebuilds only this small layer.
+COPY --from=build /wheels /tmp/wheels
+RUN conch-pip install --no-deps --no-index --constraint /tmp/constraints.txt /tmp/wheels/*.whl \
+ && rm -rf /tmp/wheels
 COPY controlplane /app/controlplane
-COPY docker/healthcheck.py /usr/local/bin/conch-healthcheck
 WORKDIR /app
-ENV PATH=/opt/conch/bin:$PATH \
-    PYTHONPATH=/app \
-    PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1 \
+ENV PYTHONPATH=/app \
     CONCH_CONTROLPLANE_XDS_PORT=18000 \
     CONCH_CONTROLPLANE_HEALTH_PORT=8030 \
     CONCH_HEALTHCHECK_URL=http://127.0.0.1:8030/v2/health/ready

@@ -1,30 +1,32 @@
-# syntax=docker/dockerfile:1.7
 # Conch gateway: the KServe v2 HTTP front door (stateless; run as many as you like).
-# Build from the repository root:  docker build -f docker/gateway.Dockerfile -t conch-gateway .
-ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
+# Derives from the base image (docker/base.Dockerfile: Python + Conch's dependencies), which is
+# built first:  docker compose --profile base build base
+# Build from the repository root:  docker build -f docker/gateway.Dockerfile -t conch/gateway:0.1.0 .
+ARG BASE_IMAGE=conch/base:0.1.0
 
-FROM ${PYTHON_IMAGE} AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# Conch's own wheel, built from the source (the dependencies are the base image's already).
+FROM ${BASE_IMAGE} AS build
+# The build stage only: its wheel is all the runtime stage takes from it.
+# hadolint ignore=DL3002
+USER 0
 WORKDIR /src
-RUN python -m venv /opt/conch
-COPY docker/constraints.txt /tmp/constraints.txt
 COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY conch ./conch
 COPY gateway ./gateway
 COPY scheduler ./scheduler
 COPY workers ./workers
-RUN /opt/conch/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt .
+RUN conch-pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
 
-FROM ${PYTHON_IMAGE} AS runtime
-RUN groupadd --system --gid 10001 conch \
- && useradd --system --uid 10001 --gid conch --no-create-home --shell /usr/sbin/nologin conch
-COPY --from=build /opt/conch /opt/conch
-COPY docker/healthcheck.py /usr/local/bin/conch-healthcheck
-ENV PATH=/opt/conch/bin:$PATH \
-    PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1 \
-    CONCH_GATEWAY_HOST=0.0.0.0 \
+FROM ${BASE_IMAGE} AS runtime
+# Root to install, then the conch user again (below).
+USER 0
+COPY docker/constraints.txt /tmp/constraints.txt
+# The source last: a code change rebuilds only this small layer.
+COPY --from=build /wheels /tmp/wheels
+RUN conch-pip install --no-deps --no-index --constraint /tmp/constraints.txt /tmp/wheels/*.whl \
+ && rm -rf /tmp/wheels
+ENV CONCH_GATEWAY_HOST=0.0.0.0 \
     CONCH_GATEWAY_HTTP_PORT=8000 \
     CONCH_HEALTHCHECK_URL=http://127.0.0.1:8000/v2/health/ready
 USER 10001:10001

@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # Conch worker, ONNX Runtime backend on NVIDIA GPUs (onnxruntime-gpu, CUDA 13 + cuDNN 9).
 # Needs the NVIDIA driver and the NVIDIA Container Toolkit on the host (see docs/deployment.md).
 # Build from the repository root:  docker build -f docker/worker-onnxruntime-gpu.Dockerfile -t conch-worker-onnxruntime-gpu .
@@ -14,6 +13,7 @@ RUN apt-get update \
 WORKDIR /src
 RUN python3 -m venv /opt/conch
 COPY docker/constraints.txt /tmp/constraints.txt
+COPY docker/conch-pip /usr/local/bin/conch-pip
 COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY conch ./conch
@@ -21,8 +21,9 @@ COPY gateway ./gateway
 COPY scheduler ./scheduler
 COPY workers ./workers
 ARG ORT_GPU_VERSION=1.31.1
-RUN /opt/conch/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt "onnxruntime-gpu==${ORT_GPU_VERSION}" \
- && /opt/conch/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt ".[onnx-gpu,gpu]"
+RUN --mount=type=secret,id=ca \
+    conch-pip install --constraint /tmp/constraints.txt "onnxruntime-gpu==${ORT_GPU_VERSION}" \
+ && conch-pip install --constraint /tmp/constraints.txt ".[onnx-gpu,gpu]"
 
 FROM ${CUDA_IMAGE} AS runtime
 ENV DEBIAN_FRONTEND=noninteractive

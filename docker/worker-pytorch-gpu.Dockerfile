@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # Conch worker, PyTorch backend on NVIDIA GPUs (torch CUDA wheel with its own CUDA libraries).
 # Needs the NVIDIA driver and the NVIDIA Container Toolkit on the host (see docs/deployment.md).
 # Build from the repository root:  docker build -f docker/worker-pytorch-gpu.Dockerfile -t conch-worker-pytorch-gpu .
@@ -14,6 +13,7 @@ RUN apt-get update \
 WORKDIR /src
 RUN python3 -m venv /opt/conch
 COPY docker/constraints.txt /tmp/constraints.txt
+COPY docker/conch-pip /usr/local/bin/conch-pip
 COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY conch ./conch
@@ -21,8 +21,9 @@ COPY gateway ./gateway
 COPY scheduler ./scheduler
 COPY workers ./workers
 # torch's version comes from the constraints (PyPI's build of it is the CUDA one).
-RUN /opt/conch/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt torch \
- && /opt/conch/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt ".[torch,gpu]"
+RUN --mount=type=secret,id=ca \
+    conch-pip install --constraint /tmp/constraints.txt torch \
+ && conch-pip install --constraint /tmp/constraints.txt ".[torch,gpu]"
 
 FROM ${CUDA_IMAGE} AS runtime
 ENV DEBIAN_FRONTEND=noninteractive

@@ -1,33 +1,39 @@
-# syntax=docker/dockerfile:1.7
 # Conch worker, PyTorch backend on the CPU (CPU-only torch wheel, no CUDA libraries).
-# Build from the repository root:  docker build -f docker/worker-pytorch.Dockerfile -t conch-worker-pytorch .
-ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
+# Derives from the base image (docker/base.Dockerfile: Python + Conch's dependencies), which is
+# built first:  docker compose --profile base build base
+# Build from the repository root:  docker build -f docker/worker-pytorch.Dockerfile -t conch/worker-pytorch:0.1.0 .
+ARG BASE_IMAGE=conch/base:0.1.0
 
-FROM ${PYTHON_IMAGE} AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# Conch's own wheel, built from the source (the dependencies are the base image's already).
+FROM ${BASE_IMAGE} AS build
+# The build stage only: its wheel is all the runtime stage takes from it.
+# hadolint ignore=DL3002
+USER 0
 WORKDIR /src
-RUN python -m venv /opt/conch
-COPY docker/constraints.txt /tmp/constraints.txt
 COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY conch ./conch
 COPY gateway ./gateway
 COPY scheduler ./scheduler
 COPY workers ./workers
-# torch's version comes from the constraints; its CPU build from this index.
-ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-RUN /opt/conch/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" --constraint /tmp/constraints.txt torch \
- && /opt/conch/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt ".[torch]"
+RUN conch-pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
 
-FROM ${PYTHON_IMAGE} AS runtime
-RUN groupadd --system --gid 10001 conch \
- && useradd --system --uid 10001 --gid conch --no-create-home --shell /usr/sbin/nologin conch
-COPY --from=build /opt/conch /opt/conch
-COPY docker/healthcheck.py /usr/local/bin/conch-healthcheck
-ENV PATH=/opt/conch/bin:$PATH \
-    PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1 \
-    CONCH_WORKER_BACKEND=pytorch \
+FROM ${BASE_IMAGE} AS runtime
+# Root to install, then the conch user again (below).
+USER 0
+COPY docker/constraints.txt /tmp/constraints.txt
+# torch's version comes from the constraints; its build from this index: PyTorch's CPU index by
+# default (no CUDA libraries). Where only PyPI is reachable, TORCH_INDEX_URL=https://pypi.org/simple
+# (compose: CONCH_TORCH_INDEX_URL) installs PyPI's torch, which carries CUDA's libraries (GBs).
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+RUN --mount=type=secret,id=ca \
+    conch-pip install --index-url "${TORCH_INDEX_URL}" --constraint /tmp/constraints.txt torch \
+ && conch-pip install --constraint /tmp/constraints.txt -r /opt/conch/requirements/torch.txt
+# The source last: a code change rebuilds only this small layer.
+COPY --from=build /wheels /tmp/wheels
+RUN conch-pip install --no-deps --no-index --constraint /tmp/constraints.txt /tmp/wheels/*.whl \
+ && rm -rf /tmp/wheels
+ENV CONCH_WORKER_BACKEND=pytorch \
     CONCH_WORKER_MODEL_REPOSITORY=/models \
     CONCH_WORKER_HEALTH_PORT=8020 \
     CONCH_HEALTHCHECK_URL=http://127.0.0.1:8020/v2/health/ready

@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # Conch worker, TensorRT backend (NGC TensorRT image: TensorRT, CUDA and cuDNN preinstalled).
 # Needs the NVIDIA driver and the NVIDIA Container Toolkit on the host (see docs/deployment.md).
 # Build from the repository root:  docker build -f docker/worker-tensorrt.Dockerfile -t conch-worker-tensorrt .
@@ -14,6 +13,7 @@ RUN apt-get update \
 WORKDIR /src
 RUN python3 -m venv --system-site-packages /opt/conch
 COPY docker/constraints.txt /tmp/constraints.txt
+COPY docker/conch-pip /usr/local/bin/conch-pip
 COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY conch ./conch
@@ -21,7 +21,8 @@ COPY gateway ./gateway
 COPY scheduler ./scheduler
 COPY workers ./workers
 # --system-site-packages keeps the image's own tensorrt Python bindings visible.
-RUN /opt/conch/bin/pip install --no-cache-dir --constraint /tmp/constraints.txt ".[gpu]" \
+RUN --mount=type=secret,id=ca \
+    conch-pip install --constraint /tmp/constraints.txt ".[gpu]" \
  && /opt/conch/bin/python -c "import tensorrt; print(tensorrt.__version__)"
 
 FROM ${CUDA_IMAGE} AS runtime
