@@ -4,11 +4,12 @@ project's one hook into a library's private API, kept because it was measured to
 What it buys: uvicorn writes an ASGI response in two system calls (``http.response.start``
 writes the head at once, then the body), which also wakes the client twice; here the whole
 response goes out in one write, without the ``send`` coroutines. Measured against the same code
-answering through ASGI only (``gateway.rest.fastpath``'s ``__call__``), ``bench/alternate.sh 3``,
-both meshes on this 2-core VM at 2.0 cores busy, gateway CPU per request and p50, means of 3
-window pairs (every pair the same way): ``add_sub`` c=1 788.6 vs 1,097.4 us, p50 3.41 vs 4.89
-ms; ``mlp`` c=64 JSON 346 vs 409 us, binary 352 vs 401 us (issue 25; the lead's quiet-machine
-rerun decides).
+answering through ASGI only (``http="httptools"``), ``bench/alternate.sh``, both meshes on the
+2-core VM (busy: 1.1-2.0 cores), means of the window pairs, gateway CPU per request: ``add_sub``
+c=1 982 vs 1,028 us, p50 1.89 vs 2.03 ms (3 of 4 pairs the same way); ``mlp`` c=64 JSON 297 vs
+333 us (2 of 3); binary 294 vs 296 us (even). The journal's "One REST inference path" has the
+runs. A small lead, on the cells the project is furthest behind its peers (c=1 latency, the
+gateway's CPU), so the hook stays until a release of uvicorn breaks it or the lead goes.
 
 Everything but the write is the ASGI path's own: the exchange is ``FastInferApp.answer`` (the
 headers checked before the body, the body read through uvicorn's own cycle, so 100-continue,
