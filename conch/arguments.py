@@ -56,6 +56,12 @@ def parser() -> argparse.ArgumentParser:
     )
     up_parser.add_argument("--envoy-port", type=int, default=8080)
     up_parser.add_argument(
+        "--envoy-grpc-port",
+        type=int,
+        default=8081,
+        help="Envoy's KServe v2 gRPC port, to the gateways' --grpc-port (0: no gRPC at the edge)",
+    )
+    up_parser.add_argument(
         "--ready-timeout",
         type=float,
         default=180.0,

@@ -47,6 +47,7 @@ class EdgePlan:
     admin_url: str  # Envoy's admin interface (loopback; /clusters shows live endpoints)
     controlplane_health_url: str  # the control plane's /v2/health/ready
     ports: dict[str, int]
+    grpc_url: str = ""  # host:port of Envoy's gRPC listener ("" without one)
 
 
 def envoy_binary() -> str:
@@ -76,6 +77,7 @@ def plan_edge(
     redis_url: str,
     envoy_port: int,
     *,
+    grpc_port: int = 0,
     host: str = "127.0.0.1",
     xds_port: int | None = None,
     admin_port: int | None = None,
@@ -90,12 +92,14 @@ def plan_edge(
 ) -> EdgePlan:
     """Plan the control plane and Envoy for a local mesh whose gateways register in Redis.
 
+    ``grpc_port`` (0: none) is Envoy's gRPC listener, routed to the gateways' gRPC ports.
     Ports left as None are picked free on ``host``. ``workdir`` receives ``envoy.json`` (a new
     temporary directory when None; the caller may delete it after Envoy stopped).
     ``controlplane_env`` adds or overrides ``CONCH_CONTROLPLANE_*`` settings (route timeout...).
     """
     ports = {
         "envoy": envoy_port,
+        **({"envoy_grpc": grpc_port} if grpc_port else {}),
         "xds": xds_port or free_port(host),
         "admin": admin_port or free_port(host),
         "metrics": metrics_port or free_port(host),
@@ -124,6 +128,7 @@ def plan_edge(
         "CONCH_CONTROLPLANE_LISTENER_HOST": host,
         "CONCH_CONTROLPLANE_LISTENER_PORT": str(envoy_port),
         "CONCH_CONTROLPLANE_FALLBACK_HOST": host,
+        "CONCH_CONTROLPLANE_GRPC_LISTENER_PORT": str(grpc_port),
         **dict(controlplane_env or {}),
     }
     envoy_argv = [
@@ -143,4 +148,5 @@ def plan_edge(
         admin_url=f"http://{host}:{ports['admin']}",
         controlplane_health_url=f"http://{host}:{ports['controlplane_health']}/v2/health/ready",
         ports=ports,
+        grpc_url=f"{host}:{grpc_port}" if grpc_port else "",
     )

@@ -30,6 +30,10 @@ def ports_of(args: argparse.Namespace) -> list[PortUse]:
         uses.append(PortUse(args.grpc_port, "gRPC", "--grpc-port", args.host, 8001))
     if args.with_envoy:
         uses.append(PortUse(args.envoy_port, "Envoy", "--envoy-port", "127.0.0.1", 8080))
+        if args.grpc_port and args.envoy_grpc_port:
+            uses.append(
+                PortUse(args.envoy_grpc_port, "Envoy gRPC", "--envoy-grpc-port", "127.0.0.1", 8081)
+            )
     if args.with_prometheus:
         uses.append(
             PortUse(args.prometheus_port, "Prometheus", "--prometheus-port", "127.0.0.1", 9090)

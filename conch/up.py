@@ -278,7 +278,8 @@ def _start_edge(
     """Start the xDS control plane, then Envoy; Envoy learns the gateways from Redis."""
     from conch.envoy_edge import plan_edge  # only `--with-envoy` needs grpcio/xds-protos
 
-    plan = plan_edge(redis_url, args.envoy_port, log_level=args.log_level)
+    grpc_port = args.envoy_grpc_port if args.grpc_port else 0
+    plan = plan_edge(redis_url, args.envoy_port, grpc_port=grpc_port, log_level=args.log_level)
     supervisor.start(
         ServiceSpec("controlplane", plan.controlplane.argv, {**common, **plan.controlplane.env})
     )
@@ -286,6 +287,11 @@ def _start_edge(
     supervisor.start(ServiceSpec("envoy", plan.envoy.argv, plan.envoy.env))
     _wait_for(plan.ready_url, 60, supervisor)
     print(f"Envoy (edge) at {plan.public_url} -> gateways at port {args.http_port}", flush=True)
+    if plan.grpc_url:
+        print(
+            f"Envoy (edge) gRPC at {plan.grpc_url} -> gateways at port {args.grpc_port}",
+            flush=True,
+        )
     return plan.public_url
 
 

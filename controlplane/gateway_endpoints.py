@@ -8,9 +8,10 @@ heartbeat at once, and dropping them all would leave Envoy with no upstream whil
 is alive. A gateway that stops cleanly leaves the registry at once; one that died is ejected by
 Envoy's own health checks within a second, long before the grace runs out.
 Several gateway processes may share one HTTP port (uvicorn workers), so entries are merged by
-address and port. Envoy only accepts IP addresses in EDS, so names (compose service names) are
-resolved here, and an unspecified address (a gateway that bound 0.0.0.0 and advertised it) is
-mapped to a fallback.
+address and port. A process that serves gRPC (a service's first) also registers ``grpc_port``;
+its gRPC endpoint is health-checked on its HTTP port. Envoy only accepts IP addresses in EDS,
+so names (compose service names) are resolved here, and an unspecified address (a gateway that
+bound 0.0.0.0 and advertised it) is mapped to a fallback.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class Registration:
     gateway_id: str
     host: str
     port: int
+    # The KServe v2 gRPC port this process serves (0: none).
+    grpc_port: int = 0
 
 
 def _text(value: bytes | str) -> str:
@@ -75,13 +78,15 @@ async def live_gateways(
         try:
             port = int(info["port"])
             host = info.get("host", "")
+            grpc_port = int(info.get("grpc_port") or 0)
         except (KeyError, ValueError):
             # Expired (the heartbeat is late: use what it last said), or not routable.
             if gateway_id in memory:
                 found.append(memory[gateway_id])
             continue
         if 0 < port < 65536:
-            memory[gateway_id] = Registration(gateway_id, host, port)
+            grpc_port = grpc_port if 0 < grpc_port < 65536 else 0
+            memory[gateway_id] = Registration(gateway_id, host, port, grpc_port)
             found.append(memory[gateway_id])
     return found
 
@@ -95,7 +100,14 @@ class Resolver:
         self._cache: dict[str, tuple[str | None, float]] = {}
 
     async def endpoints(self, registrations: list[Registration]) -> set[Endpoint]:
+        return (await self.endpoint_sets(registrations))[0]
+
+    async def endpoint_sets(
+        self, registrations: list[Registration]
+    ) -> tuple[set[Endpoint], set[Endpoint]]:
+        """The HTTP endpoints, and the gRPC endpoints (health-checked on their HTTP port)."""
         result: set[Endpoint] = set()
+        grpc: set[Endpoint] = set()
         for reg in registrations:
             address = await self.resolve(reg.host)
             if address is None:
@@ -105,7 +117,9 @@ class Resolver:
                 )
                 continue
             result.add(Endpoint(address, reg.port))
-        return result
+            if reg.grpc_port:
+                grpc.add(Endpoint(address, reg.grpc_port, health_port=reg.port))
+        return result, grpc
 
     async def resolve(self, host: str) -> str | None:
         host = host.strip()

@@ -36,17 +36,23 @@ ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 PUSH_ORDER = (CLUSTER, ENDPOINT, LISTENER, ROUTE)
 
 LISTENER_NAME = "conch_http"
+GRPC_LISTENER_NAME = "conch_grpc"
 ROUTE_NAME = "conch_routes"
+# KServe v2's one streaming call: it lasts as long as the client keeps it open.
+GRPC_STREAM_PATH = "/inference.GRPCInferenceService/ModelStreamInfer"
 
 Resources = dict[str, dict[str, Message]]
 
 
 @dataclass(frozen=True, order=True)
 class Endpoint:
-    """One reachable gateway HTTP server (several gateway processes may share it)."""
+    """One reachable gateway HTTP server (several gateway processes may share it), or one
+    gateway's gRPC server, which is health-checked on its HTTP port (``health_port``)."""
 
     address: str
     port: int
+    # Where Envoy's health check goes instead of ``port`` (0: ``port`` itself).
+    health_port: int = 0
 
 
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -60,21 +66,34 @@ def _ads() -> dict[str, Any]:
     return {"ads": {}, "resource_api_version": "V3"}
 
 
-def build(settings: ControlPlaneSettings, endpoints: Iterable[Endpoint]) -> Resources:
-    """Every resource Envoy needs, keyed by type URL and name."""
-    return {
+def build(
+    settings: ControlPlaneSettings,
+    endpoints: Iterable[Endpoint],
+    grpc_endpoints: Iterable[Endpoint] = (),
+) -> Resources:
+    """Every resource Envoy needs, keyed by type URL and name. With a gRPC listener port, also
+    the gRPC listener and the HTTP/2 cluster of ``grpc_endpoints``."""
+    built: Resources = {
         LISTENER: {LISTENER_NAME: listener(settings)},
         ROUTE: {ROUTE_NAME: route(settings)},
         CLUSTER: {settings.cluster_name: cluster(settings)},
         ENDPOINT: {settings.cluster_name: load_assignment(settings.cluster_name, endpoints)},
     }
+    if settings.grpc_listener_port:
+        name = settings.grpc_cluster_name
+        built[LISTENER][GRPC_LISTENER_NAME] = listener(settings, grpc=True)
+        built[CLUSTER][name] = cluster(settings, grpc=True)
+        built[ENDPOINT][name] = load_assignment(name, grpc_endpoints)
+    return built
 
 
-def listener(s: ControlPlaneSettings) -> listener_pb2.Listener:
+def listener(s: ControlPlaneSettings, grpc: bool = False) -> listener_pb2.Listener:
+    """The HTTP listener, or (``grpc``) the gRPC one on its own port: the same route config
+    serves both (gRPC by its content-type, on either), only the port and stats differ."""
     hcm: dict[str, Any] = {
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager"
         ".v3.HttpConnectionManager",
-        "stat_prefix": "conch_ingress",
+        "stat_prefix": "conch_grpc_ingress" if grpc else "conch_ingress",
         "codec_type": "AUTO",
         "rds": {"route_config_name": ROUTE_NAME, "config_source": _ads()},
         "stream_idle_timeout": _seconds(s.stream_idle_timeout_s),
@@ -91,9 +110,10 @@ def listener(s: ControlPlaneSettings) -> listener_pb2.Listener:
     }
     if s.access_log:
         hcm["access_log"] = [_access_log()]
+    port = s.grpc_listener_port if grpc else s.listener_port
     config = {
-        "name": LISTENER_NAME,
-        "address": {"socket_address": {"address": s.listener_host, "port_value": s.listener_port}},
+        "name": GRPC_LISTENER_NAME if grpc else LISTENER_NAME,
+        "address": {"socket_address": {"address": s.listener_host, "port_value": port}},
         # Envoy's default SO_REUSEPORT would let any process of the same user bind the port and
         # take a share of the connections; one socket, shared by Envoy's threads, cannot be.
         "enable_reuse_port": False,
@@ -149,29 +169,48 @@ def route(s: ControlPlaneSettings) -> route_pb2.RouteConfiguration:
     }
     if s.per_try_timeout_s > 0:
         retry["per_try_timeout"] = _seconds(s.per_try_timeout_s)
+    routes: list[dict[str, Any]] = []
+    if s.grpc_listener_port:
+        # gRPC (HTTP/2, content-type application/grpc[+proto]) to the gateways' gRPC ports. A
+        # unary call has the route timeout, as over HTTP; ModelStreamInfer none (a stream lasts
+        # as long as its client wants; the stream idle timeout still ends a silent one).
+        grpc = [{"name": "content-type", "string_match": {"prefix": "application/grpc"}}]
+        for match, timeout in (
+            ({"path": GRPC_STREAM_PATH}, 0.0),
+            ({"prefix": "/"}, s.route_timeout_s),
+        ):
+            routes.append(
+                {
+                    "match": {**match, "headers": grpc},
+                    "route": {
+                        "cluster": s.grpc_cluster_name,
+                        "timeout": _seconds(timeout),
+                        "retry_policy": retry,
+                    },
+                }
+            )
+    routes.append(
+        {
+            "match": {"prefix": "/"},
+            "route": {
+                "cluster": s.cluster_name,
+                "timeout": _seconds(s.route_timeout_s),
+                "retry_policy": retry,
+            },
+        }
+    )
     config = {
         "name": ROUTE_NAME,
-        "virtual_hosts": [
-            {
-                "name": "conch",
-                "domains": ["*"],
-                "routes": [
-                    {
-                        "match": {"prefix": "/"},
-                        "route": {
-                            "cluster": s.cluster_name,
-                            "timeout": _seconds(s.route_timeout_s),
-                            "retry_policy": retry,
-                        },
-                    }
-                ],
-            }
-        ],
+        "virtual_hosts": [{"name": "conch", "domains": ["*"], "routes": routes}],
     }
     return json_format.ParseDict(config, route_pb2.RouteConfiguration())
 
 
-def cluster(s: ControlPlaneSettings) -> cluster_pb2.Cluster:
+def cluster(s: ControlPlaneSettings, grpc: bool = False) -> cluster_pb2.Cluster:
+    """The gateways' HTTP/1.1 cluster, or (``grpc``) their gRPC ports' HTTP/2 one. Both are
+    health-checked with the same HTTP/1.1 readiness probe on the gateways' HTTP port (a gRPC
+    endpoint names it as its health-check port): a gateway's readiness covers its gRPC
+    server too."""
     thresholds = {
         "priority": "DEFAULT",
         "max_connections": s.max_connections,
@@ -179,8 +218,11 @@ def cluster(s: ControlPlaneSettings) -> cluster_pb2.Cluster:
         "max_requests": s.max_requests,
         "max_retries": s.max_retries,
     }
+    protocol: dict[str, Any] = (
+        {"http2_protocol_options": {}} if grpc else {"http_protocol_options": {}}
+    )
     config = {
-        "name": s.cluster_name,
+        "name": s.grpc_cluster_name if grpc else s.cluster_name,
         "type": "EDS",
         "eds_cluster_config": {"eds_config": _ads()},
         "connect_timeout": _seconds(s.connect_timeout_s),
@@ -206,7 +248,7 @@ def cluster(s: ControlPlaneSettings) -> cluster_pb2.Cluster:
                 "common_http_protocol_options": {
                     "idle_timeout": _seconds(s.upstream_idle_timeout_s)
                 },
-                "explicit_http_config": {"http_protocol_options": {}},
+                "explicit_http_config": protocol,
             }
         },
         # A gateway that left the registry is gone now, not after it also fails a check.
@@ -237,10 +279,14 @@ def cluster(s: ControlPlaneSettings) -> cluster_pb2.Cluster:
 def load_assignment(
     cluster_name: str, endpoints: Iterable[Endpoint]
 ) -> endpoint_pb2.ClusterLoadAssignment:
-    lb_endpoints = [
-        {"endpoint": {"address": {"socket_address": {"address": e.address, "port_value": e.port}}}}
-        for e in sorted(set(endpoints))
-    ]
+    lb_endpoints = []
+    for e in sorted(set(endpoints)):
+        endpoint: dict[str, Any] = {
+            "address": {"socket_address": {"address": e.address, "port_value": e.port}}
+        }
+        if e.health_port:
+            endpoint["health_check_config"] = {"port_value": e.health_port}
+        lb_endpoints.append({"endpoint": endpoint})
     config: dict[str, Any] = {"cluster_name": cluster_name, "endpoints": []}
     if lb_endpoints:
         config["endpoints"] = [{"lb_endpoints": lb_endpoints}]

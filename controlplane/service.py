@@ -40,11 +40,17 @@ class ControlPlane:
         self._stop = asyncio.Event()
         self._server: grpc.aio.Server | None = None
         self._endpoints: set[resources.Endpoint] | None = None
+        self._grpc_endpoints: set[resources.Endpoint] | None = None
 
-    def publish(self, endpoints: set[resources.Endpoint]) -> None:
+    def publish(
+        self,
+        endpoints: set[resources.Endpoint],
+        grpc_endpoints: set[resources.Endpoint] | None = None,
+    ) -> None:
         """Build, validate and publish the snapshot for these endpoints (or keep the old one)."""
+        grpc = set() if grpc_endpoints is None else grpc_endpoints
         try:
-            snapshot = self.store.propose(resources.build(self.settings, endpoints))
+            snapshot = self.store.propose(resources.build(self.settings, endpoints, grpc))
         except InvalidSnapshot as exc:
             self.metrics.snapshots_rejected.inc()
             log.error(
@@ -57,6 +63,12 @@ class ControlPlane:
                 extra={"endpoints": [f"{e.address}:{e.port}" for e in sorted(endpoints)]},
             )
             self._endpoints = set(endpoints)
+        if self.settings.grpc_listener_port and grpc != self._grpc_endpoints:
+            log.info(
+                "gateway grpc endpoints changed",
+                extra={"endpoints": [f"{e.address}:{e.port}" for e in sorted(grpc)]},
+            )
+            self._grpc_endpoints = set(grpc)
         self.metrics.live_gateways.set(len(endpoints))
         if snapshot is not None:
             self.metrics.snapshot_version.set(snapshot.version)
@@ -95,7 +107,7 @@ class ControlPlane:
             while not self._stop.is_set():
                 try:
                     regs = await live_gateways(redis, grace_ms=grace_ms, remembered=remembered)
-                    self.publish(await self.resolver.endpoints(regs))
+                    self.publish(*await self.resolver.endpoint_sets(regs))
                     if failing:
                         log.info("gateway registry readable again")
                     failing = False

@@ -26,6 +26,10 @@ class ControlPlaneSettings(Settings, kw_only=True):
     listener_host: str = "0.0.0.0"
     # Port Envoy serves clients on (conch up --with-envoy: --envoy-port).
     listener_port: int = 8080
+    # Port of Envoy's KServe v2 gRPC listener (Triton's gRPC port beside its HTTP one; conch up
+    # --with-envoy: --envoy-grpc-port); 0: no gRPC at the edge. When set, both listeners send
+    # requests with content-type application/grpc to the gateways' gRPC ports (HTTP/2).
+    grpc_listener_port: int = 0
     # Whole-request timeout at the edge; 0 disables it. Longer than the gateway's default
     # deadline (30 s) so that the gateway, which knows the request, answers a timeout first.
     route_timeout_s: float = 60.0
@@ -44,6 +48,8 @@ class ControlPlaneSettings(Settings, kw_only=True):
 
     # The EDS cluster of gateways.
     cluster_name: str = "conch_gateways"
+    # The EDS cluster of the gateways' gRPC ports (HTTP/2), used when grpc_listener_port is set.
+    grpc_cluster_name: str = "conch_gateways_grpc"
     # How long Envoy waits for a connection to a gateway to open.
     connect_timeout_s: float = 1.0
     # Shorter than the gateway's HTTP keep-alive timeout (5 s), so Envoy, not the gateway,

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Write Conch's example Triton model repository: ``simple``, ``mlp``, ``add_sub`` and more,
-with the sequence models of ``sequence_models.py`` (``simple_sequence``, ``simple_dyna_sequence``,
+"""Write Conch's example Triton model repository: ``simple``, ``mlp``, ``add_sub`` and more
+(``simple_ab`` has two versions, for A/B weights), with the sequence models of
+``sequence_models.py`` (``simple_sequence``, ``simple_dyna_sequence``,
 ``sequence_accumulator``) and the ensembles of ``ensemble_models.py`` (``mlp_ensemble``,
 ``add_sub_chain``).
 
@@ -72,6 +73,8 @@ class ExampleModel:
     # More config.pbtxt text (e.g. a response_cache section) and files beside it (name -> text).
     extra_config: str = ""
     files: tuple[tuple[str, str], ...] = ()
+    # Versions beyond 1 (version -> its graph), for models with several; version 1 is onnx_model.
+    more_versions: tuple[tuple[int, onnx.ModelProto], ...] = ()
 
     def config_pbtxt(self) -> str:
         """The model's config.pbtxt in protobuf text format with Triton's field names."""
@@ -223,6 +226,36 @@ def build_mlp(name: str = "mlp", extra_config: str = "") -> ExampleModel:
     )
 
 
+def _scale(name: str, factor: int) -> onnx.ModelProto:
+    const = numpy_helper.from_array(np.array([factor], dtype=np.int32), "FACTOR")
+    nodes = [helper.make_node("Mul", ["INPUT0", "FACTOR"], ["OUTPUT0"])]
+    return _finish(
+        name,
+        nodes,
+        (TensorDef("INPUT0", "INT32", 1),),
+        (TensorDef("OUTPUT0", "INT32", 1),),
+        [const],
+    )
+
+
+def build_simple_ab() -> ExampleModel:
+    """Two versions for A/B weights (``conch admin weights set simple_ab 1=20 2=80``): version
+    ``v`` answers OUTPUT0 = v * INPUT0, so each answer tells which version served it.
+    ``version_policy: all`` loads both; a request without a version follows the weights."""
+    inputs = (TensorDef("INPUT0", "INT32", 1),)
+    outputs = (TensorDef("OUTPUT0", "INT32", 1),)
+    return ExampleModel(
+        name="simple_ab",
+        onnx_model=_scale("simple_ab", 1),
+        inputs=inputs,
+        outputs=outputs,
+        max_batch_size=8,
+        max_queue_delay_microseconds=None,
+        extra_config="version_policy {\n  all {}\n}\n",
+        more_versions=((2, _scale("simple_ab", 2)),),
+    )
+
+
 def build_mlp_cached() -> ExampleModel:
     """``mlp`` with Triton's response cache on: a repeated request is answered from the cache
     (needs a cache: ``conch up --cache-config local,size=64M``)."""
@@ -243,14 +276,15 @@ BUILDERS: dict[str, Callable[[], Example]] = {
     "simple_int8": build_simple_int8,
     "custom_identity_int32": build_custom_identity_int32,
     "mlp_cached": build_mlp_cached,
+    "simple_ab": build_simple_ab,
     **sequence_models.BUILDERS,
     **ensemble_models.BUILDERS,
 }
 
 
 def write_model(repository: Path, model: Example) -> Path:
-    """Write ``<repository>/<name>/config.pbtxt``, ``<name>/1/model.onnx`` and any side files
-    (labels); return the dir."""
+    """Write ``<repository>/<name>/config.pbtxt``, ``<name>/1/model.onnx`` (and the other
+    versions' ``<name>/<v>/model.onnx``) and any side files (labels); return the dir."""
     model_dir = repository / model.name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     if model.onnx_model is not None:  # an ensemble has an empty version directory
@@ -258,6 +292,9 @@ def write_model(repository: Path, model: Example) -> Path:
     (model_dir / "config.pbtxt").write_text(model.config_pbtxt(), encoding="utf-8")
     for name, text in getattr(model, "files", ()):
         (model_dir / name).write_text(text, encoding="utf-8")
+    for version, graph in getattr(model, "more_versions", ()):
+        (model_dir / str(version)).mkdir(exist_ok=True)
+        (model_dir / str(version) / "model.onnx").write_bytes(graph.SerializeToString())
     return model_dir
 
 

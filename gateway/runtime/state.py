@@ -164,6 +164,9 @@ class GatewayState:
     async def heartbeat(self) -> None:
         s = self.settings
         info = {"host": s.advertise_host, "port": str(s.http_port), "pid": str(os.getpid())}
+        if s.grpc_port and (self.process is None or self.process.serves_grpc):
+            # The edge's control plane routes gRPC here (controlplane.gateway_endpoints).
+            info["grpc_port"] = str(s.grpc_port)
         # On the process's shared boundaries (``shared.runtime.ticks``): one wake with uvicorn's
         # tick.
         await gateway_heartbeat.beat_forever(

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT = os.environ.get("COMPOSE_PROJECT_NAME", "conch")
 PROFILES = os.environ.get("CONCH_COMPOSE_PROFILES", "cpu").split(",")
 HTTP = f"localhost:{os.environ.get('CONCH_HTTP_PORT', '8080')}"
+GRPC = f"localhost:{os.environ.get('CONCH_GRPC_PORT', '8081')}"
 PROMETHEUS = f"http://localhost:{os.environ.get('CONCH_PROMETHEUS_PORT', '9090')}"
 ADMIN_TOKEN = os.environ.get("CONCH_ADMIN_TOKEN", "")
 
@@ -102,6 +103,19 @@ def all_healthy() -> bool:
 def http_url() -> str:
     wait_for("the stack to be ready through Envoy", stack_ready, timeout=180)
     return HTTP
+
+
+@pytest.fixture(scope="session")
+def grpc_url(http_url: str) -> str:
+    """Envoy's gRPC port, once a gateway's gRPC endpoint passed Envoy's health check."""
+    import tritonclient.grpc as grpcclient
+
+    def ready() -> bool:
+        with grpcclient.InferenceServerClient(GRPC) as client:
+            return bool(client.is_server_ready())
+
+    wait_for("the stack to be ready over gRPC through Envoy", ready, timeout=60)
+    return GRPC
 
 
 @pytest.fixture(scope="session")

@@ -94,12 +94,21 @@ def test_the_mesh_has_every_part(compose: dict[str, Any]) -> None:
     expected = {"redis", "controlplane", "envoy", "gateway-1", "gateway-2", "scheduler"}
     expected |= {"worker-python", "prometheus", "grafana"} | GPU_WORKERS | CPU_WORKERS
     assert expected <= set(services)
-    # Envoy is the only public way in, and the control plane tells it the listener port.
-    assert services["envoy"]["ports"] == ["${CONCH_HTTP_PORT:-8080}:8080"]
-    assert services["controlplane"]["environment"]["CONCH_CONTROLPLANE_LISTENER_PORT"] == "8080"
+    # Envoy is the only public way in (HTTP and gRPC, as Triton's 8000 and 8001), and the
+    # control plane tells it the listener ports.
+    assert services["envoy"]["ports"] == [
+        "${CONCH_HTTP_PORT:-8080}:8080",
+        "${CONCH_GRPC_PORT:-8081}:8081",
+    ]
+    plane = services["controlplane"]["environment"]
+    assert plane["CONCH_CONTROLPLANE_LISTENER_PORT"] == "8080"
+    assert plane["CONCH_CONTROLPLANE_GRPC_LISTENER_PORT"] == "8081"
     for gateway in ("gateway-1", "gateway-2"):
         assert "ports" not in services[gateway]
         assert services[gateway]["environment"]["CONCH_GATEWAY_ADVERTISE_HOST"] == gateway
+        # Each gateway serves gRPC, and announces it for Envoy's gRPC cluster.
+        assert services[gateway]["environment"]["CONCH_GATEWAY_GRPC_PORT"] == "8001"
+        assert "8001" in services[gateway]["expose"]
     # Redis keeps queued work across restarts: AOF on, no eviction, data on a volume.
     conf = (ROOT / "deploy/redis/redis.conf").read_text()
     assert "appendonly yes" in conf and "maxmemory-policy noeviction" in conf

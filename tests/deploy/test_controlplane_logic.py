@@ -11,6 +11,7 @@ import time
 
 import pytest
 import redis.asyncio as aioredis
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
 from conch import envoy_bootstrap, envoy_edge
 from controlplane import pgv, resources
@@ -55,6 +56,50 @@ def test_built_resources_are_valid_and_carry_the_settings() -> None:
     cla = built[resources.ENDPOINT]["conch_gateways"]
     ports = [e.endpoint.address.socket_address.port_value for e in cla.endpoints[0].lb_endpoints]
     assert ports == [8001, 8002]
+
+
+def test_grpc_at_the_edge_is_an_http2_cluster_routed_by_content_type() -> None:
+    grpc = {resources.Endpoint("127.0.0.1", 9001, health_port=8001)}
+    plain = resources.build(_settings(), {A})
+    assert set(plain[resources.LISTENER]) == {resources.LISTENER_NAME}  # off unless a port
+    built = resources.build(_settings(grpc_listener_port=8081, route_timeout_s=7.0), {A, B}, grpc)
+    validate(built)
+    listeners = built[resources.LISTENER]
+    assert set(listeners) == {resources.LISTENER_NAME, resources.GRPC_LISTENER_NAME}
+    assert listeners[resources.GRPC_LISTENER_NAME].address.socket_address.port_value == 8081
+    routes = built[resources.ROUTE][resources.ROUTE_NAME].virtual_hosts[0].routes
+    assert [r.route.cluster for r in routes] == [
+        "conch_gateways_grpc",
+        "conch_gateways_grpc",
+        "conch_gateways",
+    ]
+    stream, unary, http = routes
+    assert stream.match.path == resources.GRPC_STREAM_PATH
+    assert stream.route.timeout.ToSeconds() == 0  # a stream lasts as long as its client wants
+    assert unary.route.timeout.seconds == 7 and http.route.timeout.seconds == 7
+    for route in (stream, unary):
+        (header,) = route.match.headers
+        assert header.name == "content-type"
+        assert header.string_match.prefix == "application/grpc"
+    assert not http.match.headers
+    cluster = built[resources.CLUSTER]["conch_gateways_grpc"]
+    options = http_protocol_options_pb2.HttpProtocolOptions()
+    assert next(iter(cluster.typed_extension_protocol_options.values())).Unpack(options)
+    assert options.explicit_http_config.HasField("http2_protocol_options")
+    assert cluster.health_checks[0].http_health_check.path == "/v2/health/ready"
+    (lb,) = built[resources.ENDPOINT]["conch_gateways_grpc"].endpoints[0].lb_endpoints
+    assert lb.endpoint.address.socket_address.port_value == 9001
+    assert lb.endpoint.health_check_config.port_value == 8001  # checked on its HTTP port
+    # A gRPC endpoint that comes or goes changes endpoints only: listeners and routes stay.
+    store = SnapshotStore()
+    first = store.propose(built)
+    moved = {resources.Endpoint("127.0.0.1", 9002, health_port=8002)}
+    cfg = _settings(grpc_listener_port=8081, route_timeout_s=7.0)
+    second = store.propose(resources.build(cfg, {A, B}, grpc | moved))
+    assert first is not None and second is not None
+    for kind in (resources.LISTENER, resources.ROUTE, resources.CLUSTER):
+        assert second.type_versions[kind] == first.version
+    assert second.type_versions[resources.ENDPOINT] == second.version
 
 
 @pytest.mark.parametrize(
@@ -140,6 +185,12 @@ async def test_resolver_maps_unspecified_and_names_to_ips() -> None:
     assert await resolver.resolve("no-such-host.invalid") is None
     regs = [Registration("a", "127.0.0.1", 8001), Registration("b", "127.0.0.1", 8001)]
     assert await resolver.endpoints(regs) == {A}  # processes sharing a port: one endpoint
+    # Only the process that serves gRPC registers it; its endpoint is checked on the HTTP port.
+    regs[0] = Registration("a", "127.0.0.1", 8001, grpc_port=9001)
+    assert await resolver.endpoint_sets(regs) == (
+        {A},
+        {resources.Endpoint("127.0.0.1", 9001, health_port=8001)},
+    )
 
 
 async def test_live_gateways_follow_heartbeat_expiry(edge_redis_url: str) -> None:
@@ -153,6 +204,8 @@ async def test_live_gateways_follow_heartbeat_expiry(edge_redis_url: str) -> Non
         await client.hset(keys.service_info("gateway", "dead"), mapping={"host": "h", "port": "2"})
         found = await live_gateways(client, now)
         assert found == [Registration("live", "h", 1)]
+        await client.hset(keys.service_info("gateway", "live"), "grpc_port", "9")
+        assert await live_gateways(client, now) == [Registration("live", "h", 1, grpc_port=9)]
     finally:
         await client.delete(registry, keys.service_info("gateway", "live"))
         await client.delete(keys.service_info("gateway", "dead"))

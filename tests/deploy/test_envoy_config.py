@@ -41,24 +41,30 @@ def envoy_validate(envoy_path: str, config: dict[str, Any] | Path, tmp_path: Pat
     return output
 
 
-def _static(settings: ControlPlaneSettings, endpoints: set[resources.Endpoint]) -> dict[str, Any]:
-    """A bootstrap carrying the snapshot's listener, route and cluster as static resources."""
-    built = resources.build(settings, endpoints)
+def _static(
+    settings: ControlPlaneSettings,
+    endpoints: set[resources.Endpoint],
+    grpc_endpoints: set[resources.Endpoint] | None = None,
+) -> dict[str, Any]:
+    """A bootstrap carrying the snapshot's listeners, route and clusters as static resources."""
+    built = resources.build(settings, endpoints, grpc_endpoints or set())
     config = envoy_bootstrap.render(xds_host="127.0.0.1", xds_port=18000)
 
     def as_dict(msg: Any) -> dict[str, Any]:
         return json_format.MessageToDict(msg, preserving_proto_field_name=True)
 
-    listener = as_dict(built[resources.LISTENER][resources.LISTENER_NAME])
-    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
-    del hcm["rds"]
-    hcm["route_config"] = as_dict(built[resources.ROUTE][resources.ROUTE_NAME])
-    cluster = as_dict(built[resources.CLUSTER][settings.cluster_name])
-    cluster["type"] = "STATIC"
-    del cluster["eds_cluster_config"]
-    cluster["load_assignment"] = as_dict(built[resources.ENDPOINT][settings.cluster_name])
-    config["static_resources"]["listeners"].append(listener)
-    config["static_resources"]["clusters"].append(cluster)
+    for listener_msg in built[resources.LISTENER].values():
+        listener = as_dict(listener_msg)
+        hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        del hcm["rds"]
+        hcm["route_config"] = as_dict(built[resources.ROUTE][resources.ROUTE_NAME])
+        config["static_resources"]["listeners"].append(listener)
+    for name, cluster_msg in built[resources.CLUSTER].items():
+        cluster = as_dict(cluster_msg)
+        cluster["type"] = "STATIC"
+        del cluster["eds_cluster_config"]
+        cluster["load_assignment"] = as_dict(built[resources.ENDPOINT][name])
+        config["static_resources"]["clusters"].append(cluster)
     return config
 
 
@@ -80,6 +86,20 @@ def test_served_resources_are_accepted_by_envoy(envoy_path: str, tmp_path: Path)
     settings = ControlPlaneSettings.from_env({}, per_try_timeout_s=2.0, route_timeout_s=5.0)
     endpoints = {resources.Endpoint("127.0.0.1", 8000), resources.Endpoint("10.1.2.3", 8001)}
     envoy_validate(envoy_path, _static(settings, endpoints), tmp_path)
+
+
+def test_served_grpc_resources_are_accepted_by_envoy(envoy_path: str, tmp_path: Path) -> None:
+    """With a gRPC listener: two listeners on one route config, the HTTP/2 cluster of the
+    gateways' gRPC ports, each health-checked on its gateway's HTTP port."""
+    settings = ControlPlaneSettings.from_env({}, grpc_listener_port=18081)
+    endpoints = {resources.Endpoint("127.0.0.1", 8000), resources.Endpoint("10.1.2.3", 8000)}
+    grpc = {
+        resources.Endpoint("127.0.0.1", 8001, health_port=8000),
+        resources.Endpoint("10.1.2.3", 8001, health_port=8000),
+    }
+    config = _static(settings, endpoints, grpc)
+    assert len(config["static_resources"]["clusters"]) >= 2
+    envoy_validate(envoy_path, config, tmp_path)
 
 
 def test_envoy_rejects_a_broken_config(envoy_path: str, tmp_path: Path) -> None:

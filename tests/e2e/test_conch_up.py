@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -60,17 +61,23 @@ def test_conch_up_serves_restarts_and_stops(model_repository: Path) -> None:
 def test_conch_up_with_envoy_serves_through_the_edge(model_repository: Path) -> None:
     pytest.importorskip("envoy.service.discovery.v3.ads_pb2_grpc")
     http_port, envoy_port = free_port(), free_port()
+    grpc_port, envoy_grpc_port = free_port(), free_port()
     process = start_conch_up(
         model_repository,
         "--http-port",
         str(http_port),
+        "--grpc-port",
+        str(grpc_port),
         "--with-envoy",
         "--envoy-port",
         str(envoy_port),
+        "--envoy-grpc-port",
+        str(envoy_grpc_port),
     )
     output = ConchUpOutput(process)
     try:
-        output.wait_for(rf"Conch is ready at http://127.0.0.1:{envoy_port}", 120)
+        output.wait_for(rf"Envoy \(edge\) gRPC at 127.0.0.1:{envoy_grpc_port}", 120)
+        output.wait_for(rf"Conch is ready at http://127.0.0.1:{envoy_port}", 10)
         client = httpclient.InferenceServerClient(f"127.0.0.1:{envoy_port}")
         a = np.arange(16, dtype=np.int32).reshape(1, 16)
         inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
@@ -79,6 +86,21 @@ def test_conch_up_with_envoy_serves_through_the_edge(model_repository: Path) -> 
         for _ in range(20):
             result = client.infer("simple", inputs)
             np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.zeros((1, 16)))
+
+        # KServe v2 gRPC through the edge: on Envoy's gRPC port (Triton's 8001 beside 8000),
+        # and on its HTTP port too (routed by content-type application/grpc).
+        for port in (envoy_grpc_port, envoy_port):
+            grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+            # The gateways' gRPC endpoints pass Envoy's first health check a moment later.
+            assert retrying_sync(grpc.is_server_ready, 10, every=0.2)
+            assert grpc.get_model_metadata("simple").platform == "onnxruntime_onnx"
+            grpc_inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for tensor in grpc_inputs:
+                tensor.set_data_from_numpy(a)
+            for _ in range(5):
+                result = grpc.infer("simple", grpc_inputs)
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * a)
+            grpc.close()
     finally:
         alive = stop_conch_up(process)
     assert not alive, f"left running after SIGTERM: {[p.cmdline() for p in alive]}"

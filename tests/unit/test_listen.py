@@ -28,6 +28,7 @@ def _args(**overrides: object) -> argparse.Namespace:
         "host": "127.0.0.1",
         "with_envoy": False,
         "envoy_port": 8080,
+        "envoy_grpc_port": 8081,
         "with_prometheus": False,
         "prometheus_port": 9090,
     } | overrides

@@ -186,12 +186,16 @@ def test_example_repository_scans_cleanly(example_repo: Path) -> None:
         "mlp_ensemble",
         "sequence_accumulator",
         "simple",
+        "simple_ab",
         "simple_dyna_sequence",
         "simple_int8",
         "simple_sequence",
     ]
     for model in result.models.values():
-        assert model.available_versions == [1]
+        # simple_ab has two versions, both loaded (version_policy all), for A/B weights.
+        versions = [1, 2] if model.name == "simple_ab" else [1]
+        assert model.available_versions == versions
+        assert model.versions == versions
         if model.config.platform == "ensemble":  # an empty version directory, no model file
             assert model.name in ("mlp_ensemble", "add_sub_chain")
             continue
