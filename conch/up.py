@@ -17,7 +17,7 @@ import secrets
 import signal
 import sys
 
-from conch import cache_config, http_wait, port_plan
+from conch import cache_config, edge_up, port_plan
 from conch.child_watch import ChildWatch
 from conch.load_errors import LoadErrors
 from conch.local_prometheus import LocalPrometheus
@@ -200,7 +200,7 @@ def up(args: argparse.Namespace) -> int:
         if not ready:
             return 0 if stopping else 1
         if args.with_envoy:
-            url = _start_edge(supervisor, redis_url, args, common)
+            url = edge_up.start_edge(supervisor, redis_url, args, common)
         print(f"Conch is ready at {url}  (models: {', '.join(models)})", flush=True)
         if args.grpc_port:
             print(f"gRPC (KServe v2) at {_display_host(args.host)}:{args.grpc_port}", flush=True)
@@ -270,34 +270,6 @@ def _start_prometheus(targets: dict[str, list[str]], port: int) -> LocalPromethe
     config = prometheus.config_path
     print(f"Prometheus: {prometheus.url}  (config {config}; first samples after ~6 s)", flush=True)
     return prometheus
-
-
-def _start_edge(
-    supervisor: Supervisor, redis_url: str, args: argparse.Namespace, common: dict[str, str]
-) -> str:
-    """Start the xDS control plane, then Envoy; Envoy learns the gateways from Redis."""
-    from conch.envoy_edge import plan_edge  # only `--with-envoy` needs grpcio/xds-protos
-
-    grpc_port = args.envoy_grpc_port if args.grpc_port else 0
-    plan = plan_edge(redis_url, args.envoy_port, grpc_port=grpc_port, log_level=args.log_level)
-    supervisor.start(
-        ServiceSpec("controlplane", plan.controlplane.argv, {**common, **plan.controlplane.env})
-    )
-    _wait_for(plan.controlplane_health_url, 60, supervisor)
-    supervisor.start(ServiceSpec("envoy", plan.envoy.argv, plan.envoy.env))
-    _wait_for(plan.ready_url, 60, supervisor)
-    print(f"Envoy (edge) at {plan.public_url} -> gateways at port {args.http_port}", flush=True)
-    if plan.grpc_url:
-        print(
-            f"Envoy (edge) gRPC at {plan.grpc_url} -> gateways at port {args.grpc_port}",
-            flush=True,
-        )
-    return plan.public_url
-
-
-def _wait_for(url: str, timeout_s: float, supervisor: Supervisor) -> None:
-    if not http_wait.wait_ok(url, timeout_s, supervisor.check):
-        log.error("not ready in time", extra={"url": url})
 
 
 def _display_host(host: str) -> str:

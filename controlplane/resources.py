@@ -46,8 +46,7 @@ Resources = dict[str, dict[str, Message]]
 
 @dataclass(frozen=True, order=True)
 class Endpoint:
-    """One reachable gateway HTTP server (several gateway processes may share it), or one
-    gateway's gRPC server, which is health-checked on its HTTP port (``health_port``)."""
+    """A gateway's HTTP server (shared by its processes), or its gRPC one (checked on HTTP)."""
 
     address: str
     port: int

@@ -5,6 +5,10 @@
 ``sequence_accumulator``) and the ensembles of ``ensemble_models.py`` (``mlp_ensemble``,
 ``add_sub_chain``).
 
+Longer than 300 lines because it is the catalogue of the plain example models: one builder each,
+so the repository's models read in one place (the sequence and ensemble models have their own
+modules).
+
     python examples/make_models.py [REPO]     (default: examples/model_repository)
 
 The models are built with ``onnx.helper`` rather than downloaded, so the repository can be made

@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = os.environ.get("COMPOSE_PROJECT_NAME", "conch")
@@ -74,16 +76,24 @@ def http_json(url: str, body: Any = None, method: str | None = None, timeout: fl
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 120, pause: float = 1) -> None:
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
+    """``tests/waiting.wait_until`` for a check that may raise while the stack is not there yet
+    (a refused connection, a 503): such a look counts as not yet, and the last error is shown
+    if time runs out."""
+    errors: list[BaseException] = []
+
+    def ready() -> bool:
         try:
-            if check():
-                return
+            return bool(check())
         except Exception as exc:
-            last = exc
-        time.sleep(pause)
-    raise AssertionError(f"timed out waiting for {what} (last error: {last!r})")
+            errors.append(exc)
+            return False
+
+    wait_until(
+        ready,
+        timeout,
+        every=pause,
+        failure=lambda: f"timed out waiting for {what} (last error: {errors[-1:]!r})",
+    )
 
 
 def stack_ready() -> bool:
@@ -125,3 +135,21 @@ def prometheus_url() -> str:
 
 def subprocess_run(command: list[str]) -> None:
     subprocess.run(command, check=True, capture_output=True, timeout=60)
+
+
+def running_sums(client: Any, module: Any, values: list[int], sequence_id: int) -> list[int]:
+    """The answers of one sequence of ``sequence_accumulator``, sent a step at a time with a
+    tritonclient ``client`` of either protocol (``module``: tritonclient.http or .grpc)."""
+    outs = []
+    for i, value in enumerate(values):
+        step = module.InferInput("INPUT", [1, 1], "INT32")
+        step.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+        result = client.infer(
+            "sequence_accumulator",
+            [step],
+            sequence_id=sequence_id,
+            sequence_start=i == 0,
+            sequence_end=i == len(values) - 1,
+        )
+        outs.append(int(result.as_numpy("OUTPUT")[0][0]))
+    return outs

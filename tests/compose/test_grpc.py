@@ -14,7 +14,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.compose.conftest import HTTP
+from tests.compose.conftest import HTTP, running_sums
 
 
 def test_the_readme_example_answers_over_grpc_through_envoy(grpc_url: str) -> None:
@@ -75,19 +75,8 @@ def test_a_binary_request_over_grpc(grpc_url: str) -> None:
 
 def test_a_sequence_keeps_its_state_over_grpc(grpc_url: str) -> None:
     values = [2, 4, 6, 8]
-    outs = []
     with grpcclient.InferenceServerClient(grpc_url) as client:
-        for i, v in enumerate(values):
-            inp = grpcclient.InferInput("INPUT", [1, 1], "INT32")
-            inp.set_data_from_numpy(np.array([[v]], dtype=np.int32))
-            result = client.infer(
-                "sequence_accumulator",
-                [inp],
-                sequence_id=4343,
-                sequence_start=i == 0,
-                sequence_end=i == len(values) - 1,
-            )
-            outs.append(int(result.as_numpy("OUTPUT")[0][0]))
+        outs = running_sums(client, grpcclient, values, sequence_id=4343)
     # sequence_accumulator keeps its sum in implicit state: each answer is the running sum.
     assert outs == list(np.cumsum(values)), outs
 

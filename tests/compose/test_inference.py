@@ -8,7 +8,7 @@ import urllib.request
 import numpy as np
 import tritonclient.http as httpclient
 
-from tests.compose.conftest import ADMIN_TOKEN, http_json
+from tests.compose.conftest import ADMIN_TOKEN, http_json, running_sums
 
 
 def test_the_readme_example_answers_through_envoy(http_url: str) -> None:
@@ -74,20 +74,8 @@ def test_an_ensemble_runs_through_the_schedulers(http_url: str) -> None:
 
 
 def test_a_sequence_keeps_its_state(http_url: str) -> None:
-    client = httpclient.InferenceServerClient(http_url)
     values = [3, 5, 7, 11]
-    outs = []
-    for i, v in enumerate(values):
-        inp = httpclient.InferInput("INPUT", [1, 1], "INT32")
-        inp.set_data_from_numpy(np.array([[v]], dtype=np.int32))
-        result = client.infer(
-            "sequence_accumulator",
-            [inp],
-            sequence_id=4242,
-            sequence_start=i == 0,
-            sequence_end=i == len(values) - 1,
-        )
-        outs.append(int(result.as_numpy("OUTPUT")[0][0]))
+    outs = running_sums(httpclient.InferenceServerClient(http_url), httpclient, values, 4242)
     # sequence_accumulator keeps its sum in implicit state: each answer is the running sum.
     assert outs == list(np.cumsum(values)), outs
 
