@@ -109,29 +109,19 @@ def _prometheus_instances(prometheus_url: str, expr: str) -> dict[str, float]:
     return {r["metric"].get("instance", ""): float(r["value"][1]) for r in result}
 
 
+def _scale_onnx_workers(count: int) -> None:
+    """``docker compose up -d --scale worker-onnxruntime=N``, leaving the others as they are."""
+    scale = ("--scale", f"worker-onnxruntime={count}")
+    compose("up", "-d", "--no-recreate", "--wait", *scale, "worker-onnxruntime")
+
+
 @pytest.fixture(scope="module")
 def two_onnx_workers(http_url: str) -> Iterator[list[str]]:
-    compose(
-        "up",
-        "-d",
-        "--no-recreate",
-        "--wait",
-        "--scale",
-        "worker-onnxruntime=2",
-        "worker-onnxruntime",
-    )
+    _scale_onnx_workers(2)
     ids = containers("worker-onnxruntime")
     assert len(ids) == 2, ids
     yield ids
-    compose(
-        "up",
-        "-d",
-        "--no-recreate",
-        "--wait",
-        "--scale",
-        "worker-onnxruntime=1",
-        "worker-onnxruntime",
-    )
+    _scale_onnx_workers(1)
     wait_for("the stack ready again", stack_ready)
 
 
