@@ -61,12 +61,14 @@ def from_json(
     return _from_message(message, source)
 
 
-def load(model_dir: str | Path, auto_complete: bool = True) -> ModelConfig:
+def load(model_dir: str | Path, auto_complete: bool = True, config_name: str = "") -> ModelConfig:
     """Read ``<model_dir>/config.pbtxt``; the model's name defaults to the directory's. With
     ``auto_complete`` (Triton's default), a missing file or platform is read off the model
-    files; the backend completes inputs and outputs when it loads the model."""
+    files; the backend completes inputs and outputs when it loads the model. ``config_name``
+    is Triton's ``--model-config-name``: ``<model_dir>/configs/<name>.pbtxt`` where it exists,
+    else config.pbtxt."""
     model_dir = Path(model_dir)
-    path = model_dir / CONFIG_FILENAME
+    path = config_path(model_dir, config_name)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -91,6 +93,15 @@ def load(model_dir: str | Path, auto_complete: bool = True) -> ModelConfig:
             f"'{model_dir.name}'; Triton requires them to match"
         )
     return config
+
+
+def config_path(model_dir: Path, config_name: str = "") -> Path:
+    """The configuration file Triton reads for the model: the named alternative if present."""
+    if config_name:
+        alternative = model_dir / "configs" / f"{config_name}.pbtxt"
+        if alternative.is_file():
+            return alternative
+    return model_dir / CONFIG_FILENAME
 
 
 def _from_message(message: pb.ModelConfig, source: str) -> ModelConfig:

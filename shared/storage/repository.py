@@ -54,11 +54,14 @@ def scan(repository: str | Path, auto_complete: bool = True) -> ScanResult:
 
 
 def read_model(
-    model_dir: Path, config: ModelConfig | None = None, auto_complete: bool = True
+    model_dir: Path,
+    config: ModelConfig | None = None,
+    auto_complete: bool = True,
+    config_name: str = "",
 ) -> RepositoryModel:
     """The model in ``model_dir``, with its configuration (or ``config``, an override); every
     file the configuration names must stay inside that directory."""
-    config = config or model_config.load(model_dir, auto_complete)
+    config = config or model_config.load(model_dir, auto_complete, config_name)
     check_model_files(config)
     versions = sorted(
         {
