@@ -6,11 +6,14 @@ as a process on loopback, for the remote-repository tests.
 its credentials, and ``server.client()`` a boto3 client to fill buckets with. With
 ``authenticated=True`` the server checks credentials (moto's IAM): the first requests create a
 user with full access, whose key is ``server.env``'s, and from then on an unknown key or a wrong
-secret is refused as AWS refuses it.
+secret is refused as AWS refuses it. With ``tls_dir``, it serves HTTPS with a self-signed
+certificate for its address written there (``server.ca_bundle``, for ``AWS_CA_BUNDLE``).
 """
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import json
 import os
 import shutil
@@ -34,11 +37,51 @@ def _moto_server() -> list[str]:
     return [found] if found else [sys.executable, "-m", "moto.server"]
 
 
+def self_signed(directory: Path, host: str) -> tuple[Path, Path]:
+    """A certificate for ``host`` (an IP address) that is its own CA, and its key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "s3.crt", directory / "s3.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
 class S3Server:
-    def __init__(self, authenticated: bool = False, host: str = "127.0.0.1"):
+    def __init__(
+        self, authenticated: bool = False, host: str = "127.0.0.1", tls_dir: Path | None = None
+    ):
         self.host = host
         self.port = free_port()
         self.authenticated = authenticated
+        self.tls: tuple[Path, Path] | None = self_signed(tls_dir, host) if tls_dir else None
         self.env = {
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
@@ -49,7 +92,11 @@ class S3Server:
 
     @property
     def endpoint(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
+
+    @property
+    def ca_bundle(self) -> str | None:
+        return str(self.tls[0]) if self.tls else None
 
     @property
     def hostport(self) -> str:
@@ -62,8 +109,9 @@ class S3Server:
             # Only the first three requests go unchecked: ours (below), that make the user, its
             # key and its policy. Without it, moto takes any key.
             env["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"
+        tls = ["-c", str(self.tls[0]), "-k", str(self.tls[1])] if self.tls else []
         self.process = subprocess.Popen(
-            [*_moto_server(), "-H", self.host, "-p", str(self.port)],
+            [*_moto_server(), "-H", self.host, "-p", str(self.port), *tls],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -111,6 +159,7 @@ class S3Server:
             region_name=REGION,
             aws_access_key_id="bootstrap",
             aws_secret_access_key="bootstrap",
+            verify=self.ca_bundle,
         )
         iam.create_user(UserName="conch")
         key = iam.create_access_key(UserName="conch")["AccessKey"]
@@ -131,6 +180,7 @@ class S3Server:
             aws_access_key_id=self.env["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=self.env["AWS_SECRET_ACCESS_KEY"],
             config=Config(s3={"addressing_style": "path"}),
+            verify=self.ca_bundle,
         )
 
 

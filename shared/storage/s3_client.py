@@ -4,10 +4,10 @@ name the repository and what went wrong.
 Credentials, region and the endpoint come from boto3's default chain, the way the AWS tools read
 them (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``, ``AWS_PROFILE`` and
 ``~/.aws``, ``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL``/``AWS_ENDPOINT_URL_S3``,
-an instance role); a location's own endpoint (``s3://host:port/...``) wins over the variables.
-A custom endpoint is addressed path-style (``http://host:port/bucket/key``), which every
-S3-compatible server answers. Each request has bounded connect and read timeouts and a few
-retries, so a server that hangs makes a sync fail instead of holding a worker forever.
+``AWS_CA_BUNDLE``, an instance role); a location's own endpoint (``s3://host:port/...``) wins
+over the variables. A custom endpoint is addressed path-style (``http://host:port/bucket/key``),
+which every S3-compatible server answers. Each request has bounded connect and read timeouts
+and a few retries, so a server that hangs makes a sync fail instead of holding a worker forever.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from botocore.exceptions import (
     HTTPClientError,
     NoCredentialsError,
     PartialCredentialsError,
+    SSLError,
 )
 
 from shared.wire.errors import invalid, unavailable
@@ -66,6 +67,7 @@ _ENVIRONMENT = (
     "AWS_DEFAULT_REGION",
     "AWS_ENDPOINT_URL",
     "AWS_ENDPOINT_URL_S3",
+    "AWS_CA_BUNDLE",
 )
 _ACCESS_DENIED = {
     "AccessDenied",
@@ -165,6 +167,11 @@ def translated_errors(s3: Any, location: str, bucket: str, doing: str) -> Iterat
         raise invalid(
             f"{where}: no usable AWS credentials ({exc}); set AWS_ACCESS_KEY_ID and "
             "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or ~/.aws/credentials"
+        ) from exc
+    except SSLError as exc:
+        raise unavailable(
+            f"{where}: the TLS handshake failed while {doing} ({exc}); for a server whose "
+            "certificate a private CA signed, set AWS_CA_BUNDLE to that CA's certificate"
         ) from exc
     except (ConnectionError, HTTPClientError) as exc:  # refused, unresolvable, timed out, cut
         raise unavailable(f"{where}: endpoint unreachable while {doing} ({exc})") from exc

@@ -232,6 +232,28 @@ def test_every_location_form_reaches_the_server(
     assert _files(repositories.paths[0]) == _files(tmp_path / "source")
 
 
+def test_the_https_form_reaches_a_server_whose_certificate_aws_ca_bundle_trusts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with S3Server(tls_dir=tmp_path) as server:
+        _isolated(monkeypatch, tmp_path, server.env)
+        s3 = server.client()
+        s3.create_bucket(Bucket="secure")
+        upload_tree(s3, "secure", "models", _models(tmp_path / "source"))
+        repository = remote.parse(f"s3://https://{server.hostport}/secure/models")
+        assert repository is not None
+        assert repository.endpoint == server.endpoint
+        with pytest.raises(ConchError) as raised:  # the server's CA is not trusted yet
+            remote.sync(repository, tmp_path / "copy", limits=QUICK)
+        assert raised.value.code == ErrorCode.UNAVAILABLE
+        assert "TLS handshake failed" in raised.value.message
+        assert "AWS_CA_BUNDLE" in raised.value.message
+        assert server.ca_bundle is not None
+        monkeypatch.setenv("AWS_CA_BUNDLE", server.ca_bundle)
+        remote.sync(repository, tmp_path / "copy")
+        assert _files(tmp_path / "copy") == _files(tmp_path / "source")
+
+
 def test_fingerprints_change_with_the_bucket_for_the_changed_model_only(
     filled: remote.RemoteRepository, s3: Any, tmp_path: Path
 ) -> None:
