@@ -91,7 +91,9 @@ def sync(
     model: str | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> None:
-    """Make ``local`` (or its ``model`` directory) an exact copy of the remote prefix.
+    """Make ``local`` (or its ``model`` directory) an exact copy of the remote prefix: the
+    objects that are new or changed are downloaded, the files downloaded before whose objects
+    are gone deleted (files it never downloaded are not its to delete), the rest left alone.
 
     A whole repository with no object at all is an error ("no model found"); a ``model`` absent
     from this repository is not (it may be another repository's): its copy, if any, is removed.
@@ -112,6 +114,7 @@ def sync(
                 f"endpoint {s3_client.endpoint_of(s3)}): the prefix holds no object"
             )
         manifest = _read_manifest(local)
+        before = dict(manifest)
         try:
             _remove_gone(local, scope, wanted, manifest)
             for relative, found in sorted(wanted.items()):
@@ -128,7 +131,8 @@ def sync(
                 f"{local} failed: {exc}"
             ) from exc
         finally:
-            _write_manifest(local, manifest)
+            if manifest != before:
+                _write_manifest(local, manifest)
 
 
 def _relative(

@@ -318,7 +318,7 @@ def test_a_reader_sees_the_old_file_or_the_new_one_never_half(
         reader.join(timeout=10)
     assert (copy / "big/1/model.bin").read_bytes() == new
     assert seen <= {old, new}, f"a reader saw a torn file: {[s[:21] for s in seen]}"
-    assert list((copy / ".conch-staging").iterdir()) == []
+    assert list((copy / ".conch-staging").glob("*")) == [], "a temporary file was left"
 
 
 # --- errors ---------------------------------------------------------------------------------
