@@ -9,8 +9,8 @@ prefixes the configured key, and so does Conch). A category may appear in one sp
 Triton. The restriction is checked before anything else (the tenants' API keys come after it:
 both apply).
 
-``ROUTES`` is the one table from endpoint to category, for REST (the Litestar path templates,
-and the fast path's ``/infer``) and gRPC (full method names). Conch's own endpoints: the admin
+``ROUTES`` is the one table from endpoint to category, for REST (the Litestar routes' path
+formats, as its router gives them in ``scope["path_template"]``, and the fast path's ``/infer``) and gRPC (full method names). Conch's own endpoints: the admin
 API (``/v2/admin/...``) is ``model-repository`` (fleet control, like the repository API); the
 OpenAI-compatible API is ``inference`` (completions) and ``metadata`` (its model list); the
 generate routes are ``inference`` (as in Triton); the OpenAPI schema is ``metadata``;
@@ -57,8 +57,8 @@ def _infer(*methods: str) -> tuple[str, ...]:
     return tuple(f"/{INFER_SERVICE}/{m}" for m in methods)
 
 
-_MODEL = "/v2/models/{model:str}"
-_VERSION = "/v2/models/{model:str}/versions/{version:str}"
+_MODEL = "/v2/models/{model}"
+_VERSION = "/v2/models/{model}/versions/{version}"
 _SHM = ("systemsharedmemory", "cudasharedmemory")
 
 
@@ -87,12 +87,12 @@ ROUTES: tuple[Row, ...] = (
             _MODEL,
             _VERSION,
             "/v1/models",
-            "/v1/models/{model:str}",
+            "/v1/models/{model}",
             "/schema",
             *(
                 f"/schema/{page}"
                 for page in (
-                    "{path:str}",
+                    "{path}",
                     "openapi.json",
                     "openapi.yaml",
                     "openapi.yml",
@@ -125,9 +125,9 @@ ROUTES: tuple[Row, ...] = (
             for path in (
                 "status",
                 "unregister",
-                "region/{name:str}/status",
-                "region/{name:str}/register",
-                "region/{name:str}/unregister",
+                "region/{name}/status",
+                "region/{name}/register",
+                "region/{name}/unregister",
             )
         ),
         _infer(
@@ -143,12 +143,12 @@ ROUTES: tuple[Row, ...] = (
         MODEL_REPOSITORY,
         (
             "/v2/repository/index",
-            "/v2/repository/models/{model:str}/load",
-            "/v2/repository/models/{model:str}/unload",
-            "/v2/admin/models/{model:str}/weights",
-            "/v2/admin/models/{model:str}/shadow",
+            "/v2/repository/models/{model}/load",
+            "/v2/repository/models/{model}/unload",
+            "/v2/admin/models/{model}/weights",
+            "/v2/admin/models/{model}/shadow",
             "/v2/admin/tenants",
-            "/v2/admin/tenants/{tenant:str}",
+            "/v2/admin/tenants/{tenant}",
         ),
         _infer("RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"),
     ),

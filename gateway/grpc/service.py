@@ -196,7 +196,7 @@ def server_options(settings: GatewaySettings) -> list[tuple[str, int]]:
         ),
         ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
         # Triton's --grpc-infer-response-compression-level: gRPC's level, which picks an
-        # algorithm the client accepts (a message that would not shrink goes uncompressed).
+        # algorithm the client accepts (for every response of the port, not inference only).
         (
             "grpc.default_compression_level",
             GRPC_COMPRESSION_LEVELS[settings.grpc_infer_response_compression_level],
