@@ -5,6 +5,7 @@ as well."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -161,3 +162,17 @@ def test_grpc_stream_is_refused_before_its_first_message(
     assert [(e.status(), e.message()) for e in errors] == [
         ("StatusCode.UNAVAILABLE", GRPC_REFUSAL.format("infer-key"))
     ]
+
+
+def test_the_container_probe_sends_the_health_restriction(
+    restricted_mesh: tuple[Mesh, str],
+) -> None:
+    """compose's healthcheck (``python -m gateway.grpc.health``) reads the gateway's own
+    settings: with the restriction it sends the header and passes; without it, it is refused."""
+    _, url = restricted_mesh
+    env = {**os.environ, "CONCH_GATEWAY_GRPC_PORT": url.rpartition(":")[2]}
+    probe = [sys.executable, "-m", "gateway.grpc.health"]
+    refused = subprocess.run(probe, env=env, cwd=ROOT, capture_output=True, text=True, timeout=10)
+    assert refused.returncode == 1 and GRPC_REFUSAL.format("health-key") in refused.stderr
+    env["CONCH_GATEWAY_GRPC_RESTRICTED_PROTOCOL"] = "health:health-key=h-secret"
+    assert subprocess.run(probe, env=env, cwd=ROOT, timeout=10).returncode == 0
