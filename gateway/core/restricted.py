@@ -10,8 +10,9 @@ Triton. The restriction is checked before anything else (the tenants' API keys c
 both apply).
 
 ``ROUTES`` is the one table from endpoint to category, for REST (the Litestar routes' path
-formats, as its router gives them in ``scope["path_template"]``, and the fast path's ``/infer``) and gRPC (full method names). Conch's own endpoints: the admin
-API (``/v2/admin/...``) is ``model-repository`` (fleet control, like the repository API); the
+formats, as its router gives them in ``scope["path_template"]``, and the fast path's
+``/infer``) and gRPC (full method names). Conch's own endpoints: the admin API
+(``/v2/admin/...``) is ``model-repository`` (fleet control, like the repository API); the
 OpenAI-compatible API is ``inference`` (completions) and ``metadata`` (its model list); the
 generate routes are ``inference`` (as in Triton); the OpenAPI schema is ``metadata``;
 ``/metrics`` has no category (Triton serves it on a port of its own, never restricted).
@@ -174,8 +175,11 @@ class Restriction(NamedTuple):
 
     def met_by(self, headers: Mapping[str, str]) -> bool:
         """Whether ``headers`` (lower-case names, as ASGI and gRPC give them) carry the value."""
-        given = headers.get(self.header.lower())
-        return given is not None and hmac.compare_digest(given.encode(), self.value.encode())
+        given: str | bytes | None = headers.get(self.header.lower())
+        if given is None:
+            return False
+        sent = given if isinstance(given, bytes) else given.encode()  # gRPC "-bin": bytes
+        return hmac.compare_digest(sent, self.value.encode())
 
 
 class Restrictions:

@@ -135,10 +135,12 @@ class FastInferApp:
                 response = await rest_infer.infer(
                     dataplane, route[0], route[1], headers, body, received, caller, limit
                 )
-            encoding = compression.negotiate(headers.get("accept-encoding"))
-            if encoding is not None and response is not None and response.status == 200:
-                response.body = await compression.compress(response.body, encoding)
-                response.headers["Content-Encoding"] = encoding
+            accept = headers.get("accept-encoding")
+            if accept is not None and response is not None and response.status == 200:
+                encoding = compression.negotiate(accept)
+                if encoding is not None:
+                    response.body = await compression.compress(response.body, encoding)
+                    response.headers["Content-Encoding"] = encoding
             return response, True
         except ConchError as exc:  # the body crossed the limit
             return rest_infer.RestResponse(*error_parts(exc.code, exc.message)), False

@@ -47,7 +47,7 @@ def test_specs_parse_with_triton_form_and_prefix() -> None:
     ],
 )
 def test_a_bad_spec_is_named(text: str, expected: str) -> None:
-    with pytest.raises(ValueError, match="^SETTING: ") as caught:
+    with pytest.raises(ValueError, match=r"^SETTING: ") as caught:
         restricted.parse(text, "SETTING", grpc=False)
     assert expected in str(caught.value)
 
