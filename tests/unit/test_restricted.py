@@ -122,3 +122,18 @@ def test_bodies_compress_to_what_clients_inflate() -> None:
     body = b'{"outputs": [0, 0, 0, 0]}' * 100
     assert gzip.decompress(compression.compress_now(body, "gzip")) == body
     assert zlib.decompress(compression.compress_now(body, "deflate")) == body
+
+
+def test_health_messages_are_the_standard_protocol_on_the_wire() -> None:
+    """grpc/health/v1/health.proto: service = 1 (string), status = 1 (enum ServingStatus)."""
+    assert health.HealthCheckRequest(service="x").SerializeToString() == b"\n\x01x"
+    assert health.HealthCheckResponse(status=health.SERVING).SerializeToString() == b"\x08\x01"
+    assert health.HealthCheckResponse.FromString(b"\x08\x02").status == health.NOT_SERVING
+    names = health.HealthCheckResponse.DESCRIPTOR.enum_types_by_name["ServingStatus"].values
+    assert [(v.name, v.number) for v in names] == [
+        ("UNKNOWN", 0),
+        ("SERVING", 1),
+        ("NOT_SERVING", 2),
+        ("SERVICE_UNKNOWN", 3),
+    ]
+    assert health.HealthCheckRequest.DESCRIPTOR.full_name == "grpc.health.v1.HealthCheckRequest"
