@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from gateway.core import restricted
 from shared.runtime.settings import Settings
+
+# Triton's --grpc-infer-response-compression-level values, as gRPC's compression levels.
+GRPC_COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
 
 
 class GatewaySettings(Settings, kw_only=True):
@@ -101,6 +105,29 @@ class GatewaySettings(Settings, kw_only=True):
     allow_client_shm: bool = False
     # Whose registrations this gateway shares: the gateways of one host (default: hostname).
     shm_host: str = ""
+    # Triton's --http-restricted-api: specs CATEGORY[,CATEGORY...]:HEADER=VALUE joined with ';'
+    # (e.g. "model-repository,logging:admin-key=s3cret"); a request to a category listed is
+    # answered 403 unless it carries the header with the value (gateway/core/restricted.py).
+    http_restricted_api: str = ""
+    # Triton's --grpc-restricted-protocol, the same for gRPC: the header a client sends is
+    # "triton-grpc-protocol-<HEADER>" (Triton's prefix); refused with UNAVAILABLE.
+    grpc_restricted_protocol: str = ""
+    # Triton's --grpc-infer-response-compression-level: none, low, medium or high; gRPC
+    # responses are compressed with an algorithm the client accepts (gzip, deflate).
+    grpc_infer_response_compression_level: str = "none"
+
+    def __post_init__(self) -> None:
+        """A wrong restriction or compression level stops the service at start, named."""
+        restricted.parse(self.http_restricted_api, "CONCH_GATEWAY_HTTP_RESTRICTED_API", grpc=False)
+        restricted.parse(
+            self.grpc_restricted_protocol, "CONCH_GATEWAY_GRPC_RESTRICTED_PROTOCOL", grpc=True
+        )
+        if self.grpc_infer_response_compression_level not in GRPC_COMPRESSION_LEVELS:
+            raise ValueError(
+                "CONCH_GATEWAY_GRPC_INFER_RESPONSE_COMPRESSION_LEVEL is "
+                f"'{self.grpc_infer_response_compression_level}'; expected one of "
+                f"{', '.join(GRPC_COMPRESSION_LEVELS)}"
+            )
 
 
 def graceful_shutdown_s(settings: GatewaySettings) -> float:
