@@ -18,7 +18,12 @@ from conch.triton_flags import (
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="conch", description="Conch inference-serving mesh")
     sub = parser.add_subparsers(dest="command")
-    up_parser = sub.add_parser("up", help="start Redis, gateway, scheduler and workers")
+    up_parser = sub.add_parser(
+        "up",
+        help="start Redis, gateway, scheduler and workers",
+        epilog="Triton's start-up options are taken in Triton's syntax; the ones Conch does not "
+        "implement are refused by name with the reason (docs/coming-from-triton.md).",
+    )
     add_model_control(up_parser)
     up_parser.add_argument("--http-port", type=int, default=8000)
     up_parser.add_argument(

@@ -6,6 +6,9 @@ only with the one value that already describes Conch (``ONLY``: ``--allow-http=t
 the reason, so a Triton start-up line never loses a setting silently. ``conch.arguments`` builds
 its refusals from this table, and ``docs/coming-from-triton.md`` lists every row (a unit test
 holds both).
+
+Longer than 300 lines because it is one table, a row per Triton option with its reason, which
+reads best whole and next to the two functions that read it.
 """
 
 from __future__ import annotations

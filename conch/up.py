@@ -188,7 +188,10 @@ def up(args: argparse.Namespace) -> int:
             url = edge_up.start_edge(supervisor, redis_url, args, common)
         print(f"Conch is ready at {url}  (models: {', '.join(models) or 'none'})", flush=True)
         if args.grpc_port:
-            print(f"gRPC (KServe v2) at {_display_host(args.host)}:{args.grpc_port}", flush=True)
+            tls = " (TLS)" if args.grpc_use_ssl else ""
+            print(
+                f"gRPC (KServe v2) at {_display_host(args.host)}:{args.grpc_port}{tls}", flush=True
+            )
         shown = f"{redis_url} (also {private.tcp_url})" if private else redis_url
         print(f"Redis: {shown}  |  Ctrl-C stops everything", flush=True)
         if not args.admin_token:

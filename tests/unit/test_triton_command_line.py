@@ -314,23 +314,35 @@ def test_restricted_specs_repeat_and_reach_the_gateway_joined() -> None:
         resolved("--http-restricted-api=inference")
 
 
-def test_every_implemented_triton_option_is_an_option_of_conch_up() -> None:
-    known = set(parser()._subparsers._group_actions[0].choices["up"]._option_string_actions)  # type: ignore[union-attr]
+def _up_options() -> set[str]:
+    """Every option string `conch up` knows."""
+    known: set[str] = set()
+    for action in parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            known |= set(action.choices["up"]._option_string_actions)
+    return known
+
+
+def test_every_triton_option_is_an_option_of_conch_up() -> None:
+    known = _up_options()
     missing = [o.name for o in triton_options.OPTIONS if f"--{o.name}" not in known]
     assert not missing, missing
 
 
+CONTRACT_FLAGS = (
+    *("--model-repository", "--model-store", "--model-control-mode", "--repository-poll-secs"),
+    *("--load-model", "--model-config-name", "--exit-timeout-secs"),
+    *("--http-use-ssl", "--http-server-cert", "--http-server-key", "--http-root-cert"),
+    *("--http-use-ssl-mutual", "--grpc-use-ssl", "--grpc-server-cert", "--grpc-server-key"),
+    *("--grpc-root-cert", "--grpc-use-ssl-mutual", "--http-restricted-api"),
+    *("--grpc-restricted-protocol", "--grpc-infer-response-compression-level"),
+    *("--envoy-server-cert", "--envoy-server-key", "--envoy-root-cert", "--envoy-use-ssl-mutual"),
+)
+
+
 def test_the_contracts_flags_are_options_of_conch_up() -> None:
-    known = set(parser()._subparsers._group_actions[0].choices["up"]._option_string_actions)  # type: ignore[union-attr]
-    contract = (
-        "--model-repository --model-store --model-control-mode --repository-poll-secs "
-        "--load-model --model-config-name --exit-timeout-secs --http-use-ssl --http-server-cert "
-        "--http-server-key --http-root-cert --http-use-ssl-mutual --grpc-use-ssl "
-        "--grpc-server-cert --grpc-server-key --grpc-root-cert --grpc-use-ssl-mutual "
-        "--http-restricted-api --grpc-restricted-protocol --grpc-infer-response-compression-level "
-        "--envoy-server-cert --envoy-server-key --envoy-root-cert --envoy-use-ssl-mutual"
-    ).split()
-    assert not [flag for flag in contract if flag not in known]
+    known = _up_options()
+    assert not [flag for flag in CONTRACT_FLAGS if flag not in known]
 
 
 def test_the_doc_lists_every_triton_option_as_the_table_says() -> None:
@@ -340,7 +352,7 @@ def test_the_doc_lists_every_triton_option_as_the_table_says() -> None:
     assert triton_options.markdown_table() in text, (
         "docs/coming-from-triton.md's table is stale: paste the output of "
         "`.venv/bin/python -c 'from conch.triton_options import markdown_table as t; "
-        "print(t(), end=\"\")'` over it"
+        'print(t(), end="")\'` over it'
     )
     deployment = (ROOT / "docs" / "deployment.md").read_text()
     assert "coming-from-triton.md" in deployment
