@@ -91,18 +91,15 @@ def gateway_edge_env(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
-def repository_locations(args: argparse.Namespace) -> list[str]:
-    """Every --model-repository as the workers read it: local paths made absolute, s3:// kept."""
-    return [
-        location if location.startswith("s3://") else str(Path(location).expanduser().resolve())
-        for location in args.model_repository
-    ]
+def _location(location: str) -> str:
+    """A --model-repository as the workers read it: a local path made absolute, s3:// kept."""
+    return location if location.startswith("s3://") else str(Path(location).expanduser().resolve())
 
 
 def worker_env(args: argparse.Namespace, cache_dir: Path | None = None) -> dict[str, str]:
     """The repositories, model control and the drain bound, as every worker's settings."""
     env = {
-        "CONCH_WORKER_MODEL_REPOSITORY": ",".join(repository_locations(args)),
+        "CONCH_WORKER_MODEL_REPOSITORY": ",".join(_location(r) for r in args.model_repository),
         "CONCH_WORKER_MODEL_CONTROL_MODE": args.model_control_mode,
         "CONCH_WORKER_LOAD_MODELS": ",".join(args.load_model),
         "CONCH_WORKER_REPOSITORY_POLL_SECS": str(float(args.repository_poll_secs)),
