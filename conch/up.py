@@ -53,6 +53,11 @@ def up(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"conch up: {exc}", file=sys.stderr)
         return 2
+    if plan.failed and args.exit_on_error:
+        print(f"conch up: {ModelFailed(plan.failed)}", file=sys.stderr, flush=True)
+        return 1
+    for name, error in sorted(plan.failed.items()):
+        log.error("model skipped", extra={"model": name, "error": error})
     problem = port_plan.clash(port_plan.ports_of(args))
     if problem is not None:
         print(f"conch up: {problem}", file=sys.stderr, flush=True)

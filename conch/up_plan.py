@@ -4,7 +4,8 @@ models it waits for before it says it is ready.
 Every backend with a model in the repositories gets its workers, whatever the control mode (in
 explicit mode the repository API may load any of them later). The models waited for follow
 Triton's ``--model-control-mode``: every servable model in ``none`` and ``poll``; in
-``explicit`` only ``--load-model`` (all for ``*``, none without one).
+``explicit`` only ``--load-model`` (all for ``*``, none without one). A model among them that
+cannot even be read stops ``conch up`` unless ``--exit-on-error=false``, as a load failure does.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ WORKER_BACKENDS = ("onnxruntime", "pytorch", "python", "tensorrt")
 class ModelPlan:
     by_backend: dict[str, list[ModelConfig]]
     wait_for: list[str]  # the models conch up waits for, sorted
+    # Models it would wait for whose directory could not be read (a configuration that does not
+    # parse, a name in two repositories): failed to load, as Triton says at start.
+    failed: dict[str, str]
 
 
 def plan_models(args: argparse.Namespace, cache_dir: Path | None = None) -> ModelPlan:
@@ -37,8 +41,6 @@ def plan_models(args: argparse.Namespace, cache_dir: Path | None = None) -> Mode
     repositories = Repositories(args.model_repository, cache_dir, args.model_config_name)
     repositories.refresh()
     scan = repositories.scan(auto_complete=not args.strict_model_config)
-    for name, error in scan.errors.items():
-        log.error("model skipped", extra={"model": name, "error": error})
     by_backend: dict[str, list[ModelConfig]] = {}
     for entry in scan.models.values():
         by_backend.setdefault(entry.config.backend, []).append(entry.config)
@@ -51,7 +53,7 @@ def plan_models(args: argparse.Namespace, cache_dir: Path | None = None) -> Mode
         raise UsageError(f"no servable model in {where}")
     servable = sorted(m.name for configs in by_backend.values() for m in configs)
     if args.model_control_mode != "explicit" or args.load_model == ["*"]:
-        return ModelPlan(by_backend, servable)
+        return ModelPlan(by_backend, servable, dict(scan.errors))
     unknown = [n for n in args.load_model if n not in scan.models and n not in scan.errors]
     if unknown and args.exit_on_error:
         raise UsageError(
@@ -60,4 +62,5 @@ def plan_models(args: argparse.Namespace, cache_dir: Path | None = None) -> Mode
         )
     for name in unknown:
         log.error("no such model to load", extra={"model": name})
-    return ModelPlan(by_backend, [n for n in servable if n in args.load_model])
+    failed = {n: e for n, e in scan.errors.items() if n in args.load_model}
+    return ModelPlan(by_backend, [n for n in servable if n in args.load_model], failed)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conch import service_env, triton_options
+from conch import service_env, triton_options, up_plan
 from conch.arguments import parser
 from conch.cli import main
 from conch.up_args import UsageError, resolve
@@ -364,3 +364,51 @@ def test_the_table_names_each_option_once_with_a_reason() -> None:
     assert len(names) == len(set(names))
     assert all(o.conch for o in triton_options.OPTIONS)
     assert all(o.only for o in triton_options.OPTIONS if o.status == triton_options.ONLY)
+
+
+@pytest.fixture
+def two_repositories(model_repository: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """`simple` and `mlp` in one repository, `mlp` again and an unreadable `bad` in another."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    for name in ("simple", "mlp"):
+        (first / name).symlink_to(model_repository / name)
+    (second / "mlp").symlink_to(model_repository / "mlp")
+    (second / "bad" / "1").mkdir(parents=True)
+    (second / "bad" / "config.pbtxt").write_text("this is not a configuration {")
+    return first, second
+
+
+def _plan(repos: tuple[Path, Path], *argv: str) -> up_plan.ModelPlan:
+    args = parser().parse_args(
+        ["up", f"--model-repository={repos[0]}", "--model-repository", str(repos[1]), *argv]
+    )
+    resolve(args)
+    return up_plan.plan_models(args)
+
+
+def test_none_mode_waits_for_every_model_and_says_which_failed(
+    two_repositories: tuple[Path, Path],
+) -> None:
+    plan = _plan(two_repositories)
+    assert plan.wait_for == ["simple"]
+    assert set(plan.failed) == {"mlp", "bad"}
+    assert "not unique across all model repositories" in plan.failed["mlp"]
+    assert set(plan.by_backend) == {"onnxruntime"}
+
+
+def test_explicit_mode_waits_for_the_load_model_models_only(
+    two_repositories: tuple[Path, Path],
+) -> None:
+    explicit = "--model-control-mode=explicit"
+    assert _plan(two_repositories, explicit).wait_for == []
+    assert _plan(two_repositories, explicit).failed == {}
+    assert _plan(two_repositories, explicit, "--load-model=simple").wait_for == ["simple"]
+    star = _plan(two_repositories, explicit, "--load-model=*")
+    assert star.wait_for == ["simple"] and set(star.failed) == {"mlp", "bad"}
+    assert set(_plan(two_repositories, explicit, "--load-model=bad").failed) == {"bad"}
+    with pytest.raises(UsageError, match="--load-model nowhere: no such model"):
+        _plan(two_repositories, explicit, "--load-model=nowhere")
+    kept = _plan(two_repositories, explicit, "--load-model=nowhere", "--exit-on-error=false")
+    assert kept.wait_for == []
