@@ -82,7 +82,7 @@ def _canonical(name: str, value: str | None) -> str | None:
     """The value in the table's spelling: a boolean as true/false, a number without padding."""
     option = triton_options.BY_NAME[name]
     if value is None:
-        return None
+        return "true" if option.only in ("true", "false") else None  # a bare boolean is true
     if option.only in ("true", "false"):
         lowered = value.strip().lower()
         return "true" if lowered in TRUE else "false" if lowered in FALSE else value

@@ -364,13 +364,16 @@ BY_NAME: dict[str, TritonOption] = {option.name: option for option in OPTIONS}
 
 
 def refusal(name: str, value: str | None = None) -> str | None:
-    """Why ``conch up`` refuses ``--name`` (with ``value`` as given; None: none given), or None
-    when it accepts it. Names Triton does not have are not this table's to judge (None)."""
+    """Why ``conch up`` refuses ``--name`` (with ``value`` in the table's spelling; None: none
+    given, a bare boolean being "true"), or None when it accepts it. Names Triton does not have
+    are not this table's to judge (None)."""
     option = BY_NAME.get(name)
     if option is None or option.status == IMPLEMENTED:
         return None
     if option.status == ONLY:
-        if value is None or value.strip().lower() == option.only:
+        if value is None:
+            return f"--{name} needs a value; Conch takes only {option.only}: {option.conch}"
+        if value.strip().lower() == option.only:
             return None
         return f"--{name}={value} is not supported: {option.conch} (only {option.only})"
     return f"--{name} is not supported: {option.conch}"

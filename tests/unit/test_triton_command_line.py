@@ -164,6 +164,14 @@ def test_an_option_conch_takes_with_one_value_refuses_the_others(
     assert option.conch in str(refused.value)
 
 
+def test_a_bare_boolean_is_true_and_a_bare_value_is_missing() -> None:
+    resolved("--allow-http")
+    with pytest.raises(UsageError, match="--allow-cpu-metrics=true is not supported"):
+        resolved("--allow-cpu-metrics")
+    with pytest.raises(UsageError, match="--rate-limit needs a value; Conch takes only off"):
+        resolved("--rate-limit")
+
+
 def test_conch_up_refuses_in_one_line_with_exit_code_2(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
