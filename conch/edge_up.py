@@ -6,7 +6,6 @@ import argparse
 import logging
 
 from conch import http_wait
-from conch.service_env import controlplane_tls_env
 from conch.supervisor import ServiceSpec, Supervisor
 
 log = logging.getLogger(__name__)
@@ -19,28 +18,20 @@ def start_edge(
     from conch.envoy_edge import plan_edge  # only `--with-envoy` needs grpcio/xds-protos
 
     grpc_port = args.envoy_grpc_port if args.grpc_port else 0
-    plan = plan_edge(
-        redis_url,
-        args.envoy_port,
-        grpc_port=grpc_port,
-        log_level=args.log_level,
-        controlplane_env=controlplane_tls_env(args),
-    )
+    plan = plan_edge(redis_url, args.envoy_port, grpc_port=grpc_port, log_level=args.log_level)
     supervisor.start(
         ServiceSpec("controlplane", plan.controlplane.argv, {**common, **plan.controlplane.env})
     )
     wait_for(plan.controlplane_health_url, 60, supervisor)
     supervisor.start(ServiceSpec("envoy", plan.envoy.argv, plan.envoy.env))
     wait_for(plan.ready_url, 60, supervisor)
-    # TLS at the edge: the control plane gives Envoy its certificate (SDS).
-    public = plan.public_url.replace("http://", "https://" if args.envoy_server_cert else "http://")
-    print(f"Envoy (edge) at {public} -> gateways at port {args.http_port}", flush=True)
+    print(f"Envoy (edge) at {plan.public_url} -> gateways at port {args.http_port}", flush=True)
     if plan.grpc_url:
         print(
             f"Envoy (edge) gRPC at {plan.grpc_url} -> gateways at port {args.grpc_port}",
             flush=True,
         )
-    return public
+    return plan.public_url
 
 
 def wait_for(url: str, timeout_s: float, supervisor: Supervisor) -> None:

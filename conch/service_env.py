@@ -112,20 +112,6 @@ def worker_env(args: argparse.Namespace, cache_dir: Path | None = None) -> dict[
     return env
 
 
-def controlplane_tls_env(args: argparse.Namespace) -> dict[str, str]:
-    """TLS at the Envoy edge: the certificates the control plane delivers to Envoy (SDS)."""
-    if not args.envoy_server_cert:
-        return {}
-    return {
-        "CONCH_CONTROLPLANE_EDGE_TLS_CERT": os.path.abspath(args.envoy_server_cert),
-        "CONCH_CONTROLPLANE_EDGE_TLS_KEY": os.path.abspath(args.envoy_server_key),
-        "CONCH_CONTROLPLANE_EDGE_TLS_ROOT_CERT": (
-            os.path.abspath(args.envoy_root_cert) if args.envoy_root_cert else ""
-        ),
-        "CONCH_CONTROLPLANE_EDGE_TLS_MUTUAL": _flag(args.envoy_use_ssl_mutual),
-    }
-
-
 def gateway_probe_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
     """How conch up probes its gateway over HTTPS (None: plain HTTP): trusting the gateway's
     own certificate and --http-root-cert; under mutual TLS presenting that certificate."""

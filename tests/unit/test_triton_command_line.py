@@ -296,12 +296,7 @@ def test_tls_flags_need_their_files_and_mutual_implies_tls(tmp_path: Path) -> No
     with pytest.raises(UsageError, match="need --with-envoy"):
         resolved(f"--envoy-server-cert={cert}", f"--envoy-server-key={key}")
     edge = resolved("--with-envoy", f"--envoy-server-cert={cert}", f"--envoy-server-key={key}")
-    assert service_env.controlplane_tls_env(edge) == {
-        "CONCH_CONTROLPLANE_EDGE_TLS_CERT": str(cert),
-        "CONCH_CONTROLPLANE_EDGE_TLS_KEY": str(key),
-        "CONCH_CONTROLPLANE_EDGE_TLS_ROOT_CERT": "",
-        "CONCH_CONTROLPLANE_EDGE_TLS_MUTUAL": "false",
-    }
+    assert (edge.envoy_server_cert, edge.envoy_server_key) == (str(cert), str(key))
 
 
 def test_restricted_specs_repeat_and_reach_the_gateway_joined() -> None:
