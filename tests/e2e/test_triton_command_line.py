@@ -18,7 +18,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from conch.ports import free_port
+from gateway.settings import GatewaySettings
 from tests.mesh import ConchUpOutput, start_conch_up, stop_conch_up
+from tests.s3_server import self_signed
 
 pytestmark = pytest.mark.e2e
 
@@ -100,3 +102,40 @@ def test_a_triton_option_conch_does_not_implement_stops_it_by_name(repository: P
     assert done.stderr.startswith("conch up: --metrics-port is not supported: metrics have no")
     assert len(done.stderr.strip().splitlines()) == 1
     assert done.stdout == ""
+
+
+@pytest.mark.skipif(
+    "http_use_ssl" not in GatewaySettings.__struct_fields__,
+    reason="needs the gateway's HTTPS (issue 27's TLS part)",
+)
+def test_conch_up_behind_mutual_tls_probes_itself_and_says_https(
+    repository: Path, tmp_path: Path
+) -> None:
+    """`--http-use-ssl-mutual`: conch up's own probes (supervisor, readiness) go over HTTPS
+    presenting the server's certificate; it prints an https URL; a client with a certificate of
+    the root gets answers, one without is refused at the handshake."""
+    cert, key = self_signed(tmp_path, "127.0.0.1")  # its own CA: the root of the clients too
+    http_port = free_port()
+    tls = f"--http-server-cert={cert} --http-server-key={key} --http-root-cert={cert}"
+    tls += " --exit-on-error=false"  # `broken` is not what this test is about
+    process = start_conch_up(
+        repository, f"--http-port={http_port}", "--http-use-ssl-mutual=true", *tls.split()
+    )
+    output = ConchUpOutput(process)
+    try:
+        output.wait_for(rf"Conch is ready at https://localhost:{http_port}", 120)
+        ssl_options = {"keyfile": str(key), "certfile": str(cert), "ca_certs": str(cert)}
+        client = httpclient.InferenceServerClient(
+            f"127.0.0.1:{http_port}", ssl=True, ssl_options=ssl_options
+        )
+        assert client.is_model_ready("simple")
+        client.close()
+        stranger = httpclient.InferenceServerClient(
+            f"127.0.0.1:{http_port}", ssl=True, ssl_options={"ca_certs": str(cert)}
+        )
+        with pytest.raises(Exception):  # noqa: B017 (gevent's SSL error, whatever its class)
+            stranger.is_server_live()
+        stranger.close()
+    finally:
+        alive = stop_conch_up(process)
+    assert not alive
