@@ -164,6 +164,7 @@ class RepositoryPoll:
         self._versions[name] = versions
         answer = await control_actions.load_model(host, model, scan, changed=changed)
         _log_answer("load", name, answer)
+        await forget_unserved(host, name, answer.unloaded)  # versions the policy dropped
 
     async def _remove(self, name: str) -> None:
         host = self._host
@@ -174,9 +175,9 @@ class RepositoryPoll:
 
 
 async def forget_unserved(host: ModelHost, model: str, versions: list[int]) -> None:
-    """Versions of a removed model that no live worker serves any more leave its version set
-    (the last worker to unload one removes it; the repository index then calls the model
-    unloaded)."""
+    """Versions removed from the repositories (a removed model, or a version the
+    version_policy no longer selects) that no live worker serves any more leave the model's
+    version set: the last worker to unload one removes it."""
     if not versions:
         return
     redis = host.redis
