@@ -7,13 +7,15 @@ tritonclient over HTTP and gRPC (issue 27).
   ``configs/<name>.pbtxt``.
 - ``explicit``: only ``--load-model`` loads at start, strict readiness does not wait for the rest,
   load and unload work, and a worker started later loads what the fleet loaded.
-- ``poll``: an added model loads, a new version directory replaces the old version, a removed
-  model unloads, within a few poll periods, while requests to the models that stay see no error.
+- ``poll``: an added model loads, a new version directory replaces the old version, another
+  configuration is reloaded, a removed model unloads, within a few poll periods, while requests
+  to the models that stay (the changed one included) see no error.
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -123,7 +125,7 @@ def start_mesh(
 # --- none: several repositories, a duplicate, --model-config-name ------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def none_mesh(
     redis_server: PrivateRedis, model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Running]:
@@ -151,48 +153,52 @@ def none_mesh(
         running.mesh.stop()
 
 
-def test_none_refuses_load_and_unload_with_tritons_error(none_mesh: Running) -> None:
-    for call in (none_mesh.http().load_model, none_mesh.http().unload_model):
-        with pytest.raises(InferenceServerException) as refused:
-            call("simple_a")
-        assert refused.value.message() == NOT_EXPLICIT
-        assert refused.value.status() == "503"
-    for call in (none_mesh.grpc().load_model, none_mesh.grpc().unload_model):
-        with pytest.raises(InferenceServerException) as refused:
-            call("simple_a")
-        assert refused.value.message() == NOT_EXPLICIT
-        assert refused.value.status() == "StatusCode.UNAVAILABLE"
-    assert none_mesh.http().is_model_ready("simple_a")  # nothing was unloaded
+class TestNone:
+    """One mesh in mode none, over two repositories (the class's fixture stops it after)."""
 
+    def test_none_refuses_load_and_unload_with_tritons_error(self, none_mesh: Running) -> None:
+        for call in (none_mesh.http().load_model, none_mesh.http().unload_model):
+            with pytest.raises(InferenceServerException) as refused:
+                call("simple_a")
+            assert refused.value.message() == NOT_EXPLICIT
+            assert refused.value.status() == "503"
+        for call in (none_mesh.grpc().load_model, none_mesh.grpc().unload_model):
+            with pytest.raises(InferenceServerException) as refused:
+                call("simple_a")
+            assert refused.value.message() == NOT_EXPLICIT
+            assert refused.value.status() == "StatusCode.UNAVAILABLE"
+        assert none_mesh.http().is_model_ready("simple_a")  # nothing was unloaded
 
-def test_models_of_both_repositories_serve_and_a_duplicate_is_unavailable(
-    none_mesh: Running,
-) -> None:
-    client = none_mesh.http()
-    for model in ("simple_a", "simple_b"):
-        assert infer(client, model) == [list(range(1, 17))]
-    found = index(none_mesh.mesh.url)
-    assert found[("simple_a", "1")]["state"] == "READY"
-    assert found[("simple_b", "1")]["state"] == "READY"
-    twice = found[("twice", "")]
-    assert twice["state"] == "UNAVAILABLE"
-    assert "not unique across all model repositories" in twice["reason"]
-    assert server_ready(none_mesh.mesh.url)  # strict readiness does not wait for it
-    grpc_index = none_mesh.grpc().get_model_repository_index()
-    assert {m.name: m.state for m in grpc_index.models}["twice"] == "UNAVAILABLE"
+    def test_models_of_both_repositories_serve_and_a_duplicate_is_unavailable(
+        self,
+        none_mesh: Running,
+    ) -> None:
+        client = none_mesh.http()
+        for model in ("simple_a", "simple_b"):
+            assert infer(client, model) == [list(range(1, 17))]
+        found = index(none_mesh.mesh.url)
+        assert found[("simple_a", "1")]["state"] == "READY"
+        assert found[("simple_b", "1")]["state"] == "READY"
+        twice = found[("twice", "")]
+        assert twice["state"] == "UNAVAILABLE"
+        assert "not unique across all model repositories" in twice["reason"]
+        assert server_ready(none_mesh.mesh.url)  # strict readiness does not wait for it
+        grpc_index = none_mesh.grpc().get_model_repository_index()
+        assert {m.name: m.state for m in grpc_index.models}["twice"] == "UNAVAILABLE"
 
-
-def test_the_model_config_name_picks_the_alternative_configuration(none_mesh: Running) -> None:
-    client = none_mesh.http()
-    assert client.get_model_config("simple_a")["max_batch_size"] == 4  # configs/small.pbtxt
-    assert client.get_model_config("simple_b")["max_batch_size"] == 8  # no alternative: config
-    assert none_mesh.grpc().get_model_config("simple_a").config.max_batch_size == 4
+    def test_the_model_config_name_picks_the_alternative_configuration(
+        self, none_mesh: Running
+    ) -> None:
+        client = none_mesh.http()
+        assert client.get_model_config("simple_a")["max_batch_size"] == 4  # configs/small.pbtxt
+        assert client.get_model_config("simple_b")["max_batch_size"] == 8  # no alternative: config
+        assert none_mesh.grpc().get_model_config("simple_a").config.max_batch_size == 4
 
 
 # --- explicit -----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def explicit_mesh(
     redis_server: PrivateRedis, model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Running]:
@@ -213,34 +219,37 @@ def explicit_mesh(
         running.mesh.stop()
 
 
-def test_explicit_loads_only_the_named_models_at_start(explicit_mesh: Running) -> None:
-    url = explicit_mesh.mesh.url
-    assert server_ready(url)  # strict readiness waits for 'first' only
-    assert states(url, "first") == {"1": "READY"}
-    for name in ("second", "third"):
-        entry = index(url)[(name, "1")]
-        assert entry["state"] == "UNAVAILABLE" and entry["reason"] == "not loaded"
-        assert not explicit_mesh.http().is_model_ready(name)
+class TestExplicit:
+    """One mesh in explicit mode, LOAD_MODELS=first."""
 
+    def test_explicit_loads_only_the_named_models_at_start(self, explicit_mesh: Running) -> None:
+        url = explicit_mesh.mesh.url
+        assert server_ready(url)  # strict readiness waits for 'first' only
+        assert states(url, "first") == {"1": "READY"}
+        for name in ("second", "third"):
+            entry = index(url)[(name, "1")]
+            assert entry["state"] == "UNAVAILABLE" and entry["reason"] == "not loaded"
+            assert not explicit_mesh.http().is_model_ready(name)
 
-def test_explicit_loads_and_unloads_through_the_api(explicit_mesh: Running) -> None:
-    url = explicit_mesh.mesh.url
-    explicit_mesh.http().load_model("second")
-    assert explicit_mesh.http().is_model_ready("second")
-    assert infer(explicit_mesh.http(), "second") == [list(range(1, 17))]
-    explicit_mesh.grpc().unload_model("first")
-    assert until_sync(lambda: not explicit_mesh.http().is_model_ready("first"), 10)
-    entry = index(url)[("first", "1")]
-    assert entry["state"] == "UNAVAILABLE" and entry["reason"] == "unloaded"
-    assert states(url, "second") == {"1": "READY"}
-    assert until_sync(lambda: server_ready(url), 10)  # an unloaded model is not waited for
+    def test_explicit_loads_and_unloads_through_the_api(self, explicit_mesh: Running) -> None:
+        url = explicit_mesh.mesh.url
+        explicit_mesh.http().load_model("second")
+        assert explicit_mesh.http().is_model_ready("second")
+        assert infer(explicit_mesh.http(), "second") == [list(range(1, 17))]
+        explicit_mesh.grpc().unload_model("first")
+        assert until_sync(lambda: not explicit_mesh.http().is_model_ready("first"), 10)
+        entry = index(url)[("first", "1")]
+        assert entry["state"] == "UNAVAILABLE" and entry["reason"] == "unloaded"
+        assert states(url, "second") == {"1": "READY"}
+        assert until_sync(lambda: server_ready(url), 10)  # an unloaded model is not waited for
 
-    # A worker started later loads what the fleet loaded, not what --load-model says.
-    explicit_mesh.mesh.kill("worker")
-    explicit_mesh.mesh.restart("worker")
-    explicit_mesh.mesh.wait_ready(["second"], timeout_s=120)
-    assert not explicit_mesh.http().is_model_ready("first")
-    assert index(url)[("third", "1")]["reason"] == "not loaded"
+        # A worker started later loads what the fleet loaded, not what --load-model says.
+        explicit_mesh.mesh.kill("worker", signal.SIGTERM)  # a clean stop unmarks its versions
+        assert until_sync(lambda: not explicit_mesh.http().is_model_ready("second"), 10)
+        explicit_mesh.mesh.restart("worker")
+        explicit_mesh.mesh.wait_ready(["second"], timeout_s=120)
+        assert not explicit_mesh.http().is_model_ready("first")
+        assert index(url)[("third", "1")]["reason"] == "not loaded"
 
 
 # --- poll ---------------------------------------------------------------------------------------
@@ -275,7 +284,7 @@ class RequestLoop:
                     self.errors.append(f"{model}: {exc}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def poll_mesh(
     redis_server: PrivateRedis, model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Running]:
@@ -297,40 +306,56 @@ def poll_mesh(
         running.mesh.stop()
 
 
-def test_poll_refuses_load_and_unload(poll_mesh: Running) -> None:
-    with pytest.raises(InferenceServerException) as refused:
-        poll_mesh.http().load_model("stays")
-    assert refused.value.message() == NOT_EXPLICIT and refused.value.status() == "503"
+class TestPoll:
+    """One mesh in poll mode."""
 
+    def test_poll_refuses_load_and_unload(self, poll_mesh: Running) -> None:
+        with pytest.raises(InferenceServerException) as refused:
+            poll_mesh.http().load_model("stays")
+        assert refused.value.message() == NOT_EXPLICIT and refused.value.status() == "503"
 
-def test_poll_follows_the_repository_without_failing_a_request(poll_mesh: Running) -> None:
-    url, repo, source = poll_mesh.mesh.url, poll_mesh.repos[0], poll_mesh.source
-    assert source is not None
-    with RequestLoop(url, ["stays", "grows"]) as loop:
-        assert until_sync(lambda: loop.done > 10, 10), loop.errors
+    def test_poll_follows_the_repository_without_failing_a_request(
+        self, poll_mesh: Running
+    ) -> None:
+        url, repo, source = poll_mesh.mesh.url, poll_mesh.repos[0], poll_mesh.source
+        assert source is not None
+        with RequestLoop(url, ["stays", "grows"]) as loop:
+            assert until_sync(lambda: loop.done > 10, 10), loop.errors
 
-        copy_model(source, repo, "added")
-        added = eventually_sync(
-            lambda: states(url, "added"), lambda s: s == {"1": "READY"}, CHANGE_S
-        )
-        assert added == {"1": "READY"}, poll_mesh.mesh.logs(["worker"])
+            copy_model(source, repo, "added")
+            added = eventually_sync(
+                lambda: states(url, "added"), lambda s: s == {"1": "READY"}, CHANGE_S
+            )
+            assert added == {"1": "READY"}, poll_mesh.mesh.logs(["worker"])
 
-        add_version(repo / "grows", 2)  # version_policy latest 1: 2 replaces 1
-        grown = eventually_sync(
-            lambda: states(url, "grows"),
-            lambda s: s.get("2") == "READY" and s.get("1") != "READY",
-            CHANGE_S,
-        )
-        assert grown.get("2") == "READY" and grown.get("1") != "READY", grown
+            add_version(repo / "grows", 2)  # version_policy latest 1: 2 replaces 1
+            grown = eventually_sync(
+                lambda: states(url, "grows"),
+                lambda s: s.get("2") == "READY" and s.get("1") != "READY",
+                CHANGE_S,
+            )
+            assert grown.get("2") == "READY" and grown.get("1") != "READY", grown
 
-        shutil.rmtree(repo / "goes")
-        gone = eventually_sync(
-            lambda: states(url, "goes"), lambda s: "READY" not in s.values(), CHANGE_S
-        )
-        assert "READY" not in gone.values(), gone
-        done_before = loop.done
-        assert until_sync(lambda: loop.done > done_before + 10, 10)
-    assert loop.errors == [], loop.errors[:5]
-    assert not poll_mesh.http().is_model_ready("goes")
-    assert poll_mesh.http().get_model_metadata("grows")["versions"] == ["2"]
-    assert until_sync(lambda: server_ready(url), 10)  # the removed model is not waited for
+            config = repo / "grows" / "config.pbtxt"  # another configuration: reloaded in place
+            staging = repo / "grows" / ".config.pbtxt"
+            staging.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: 4"))
+            staging.replace(config)
+            client = poll_mesh.http()
+            batch = eventually_sync(
+                lambda: client.get_model_config("grows")["max_batch_size"],
+                lambda b: b == 4,
+                CHANGE_S,
+            )
+            assert batch == 4
+
+            shutil.rmtree(repo / "goes")
+            gone = eventually_sync(
+                lambda: states(url, "goes"), lambda s: "READY" not in s.values(), CHANGE_S
+            )
+            assert "READY" not in gone.values(), gone
+            done_before = loop.done
+            assert until_sync(lambda: loop.done > done_before + 10, 10)
+        assert loop.errors == [], loop.errors[:5]
+        assert not poll_mesh.http().is_model_ready("goes")
+        assert poll_mesh.http().get_model_metadata("grows")["versions"] == ["2"]
+        assert until_sync(lambda: server_ready(url), 10)  # the removed model is not waited for

@@ -172,6 +172,7 @@ class RepositoryPoll:
         answer = await control_actions.unload(host, message)
         _log_answer("unload", name, answer)
         await forget_unserved(host, name, answer.unloaded)
+        await expected_models.clear_load_errors(host.redis, [name])  # gone, failed or not
 
 
 async def forget_unserved(host: ModelHost, model: str, versions: list[int]) -> None:
