@@ -210,7 +210,7 @@ def explicit_mesh(
         [repo],
         tmp_path_factory.mktemp("explicit_logs"),
         "explicit",
-        CONCH_WORKER_LOAD_MODELS="first",
+        CONCH_WORKER_LOAD_MODELS="first,nowhere",
     )
     try:
         running.mesh.wait_ready(["first"], timeout_s=120)
@@ -220,7 +220,7 @@ def explicit_mesh(
 
 
 class TestExplicit:
-    """One mesh in explicit mode, LOAD_MODELS=first."""
+    """One mesh in explicit mode, LOAD_MODELS=first,nowhere."""
 
     def test_explicit_loads_only_the_named_models_at_start(self, explicit_mesh: Running) -> None:
         url = explicit_mesh.mesh.url
@@ -230,6 +230,8 @@ class TestExplicit:
             entry = index(url)[(name, "1")]
             assert entry["state"] == "UNAVAILABLE" and entry["reason"] == "not loaded"
             assert not explicit_mesh.http().is_model_ready(name)
+        nowhere = index(url)[("nowhere", "")]  # a --load-model no repository holds
+        assert nowhere["state"] == "UNAVAILABLE" and "no model directory" in nowhere["reason"]
 
     def test_explicit_loads_and_unloads_through_the_api(self, explicit_mesh: Running) -> None:
         url = explicit_mesh.mesh.url
