@@ -6,7 +6,8 @@ tritonclient over HTTP and gRPC (issue 27).
   the index with Triton's reason while the others serve; ``--model-config-name`` picks
   ``configs/<name>.pbtxt``.
 - ``explicit``: only ``--load-model`` loads at start, strict readiness does not wait for the rest,
-  load and unload work, and a worker started later loads what the fleet loaded.
+  load and unload work, a worker started later loads what the fleet loaded, and loading an
+  ensemble loads the models its steps use.
 - ``poll``: an added model loads, a new version directory replaces the old version, another
   configuration is reloaded, a removed model unloads, within a few poll periods, while requests
   to the models that stay (the changed one included) see no error.
@@ -68,6 +69,29 @@ def infer(client: httpclient.InferenceServerClient, model: str) -> list[list[int
     output = result.as_numpy("OUTPUT0")
     assert output is not None
     return [[int(x) for x in row] for row in output]
+
+
+PAIR_ENSEMBLE = """
+name: "pair"
+platform: "ensemble"
+max_batch_size: 8
+input [
+  { name: "A" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "B" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "third"
+      model_version: -1
+      input_map { key: "INPUT0" value: "A" }
+      input_map { key: "INPUT1" value: "B" }
+      output_map { key: "OUTPUT0" value: "SUM" }
+    }
+  ]
+}
+"""
 
 
 def index(url: str) -> dict[tuple[str, str], dict[str, str]]:
@@ -205,6 +229,8 @@ def explicit_mesh(
     repo = tmp_path_factory.mktemp("explicit_repo")
     for name in ("first", "second", "third"):
         copy_model(model_repository, repo, name)
+    (repo / "pair" / "1").mkdir(parents=True)  # an ensemble over 'third'
+    (repo / "pair" / "config.pbtxt").write_text(PAIR_ENSEMBLE)
     running = start_mesh(
         redis_server.url,
         [repo],
@@ -252,6 +278,21 @@ class TestExplicit:
         explicit_mesh.mesh.wait_ready(["second"], timeout_s=120)
         assert not explicit_mesh.http().is_model_ready("first")
         assert index(url)[("third", "1")]["reason"] == "not loaded"
+
+    def test_loading_an_ensemble_loads_the_models_its_steps_use(
+        self, explicit_mesh: Running
+    ) -> None:
+        client = explicit_mesh.http()
+        assert not client.is_model_ready("third")
+        client.load_model("pair")
+        assert until_sync(lambda: client.is_model_ready("pair"), 30)
+        assert client.is_model_ready("third")
+        a = np.arange(16, dtype=np.int32).reshape(1, 16)
+        inputs = [httpclient.InferInput(name, [1, 16], "INT32") for name in ("A", "B")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(a)
+        total = client.infer("pair", inputs).as_numpy("SUM")
+        assert total is not None and total.tolist() == [[2 * x for x in range(16)]]
 
 
 # --- poll ---------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ A load writes the model files the request sent (if any) into the model directory
 (with the message's config override, if any, auto-completed by the backend), loads the versions
 its version_policy selects that are not loaded yet, reloads the loaded ones whose configuration
 changed (an override, or the end of one) or whose files the request brought, and retires the
-loaded ones it no longer selects.
+loaded ones it no longer selects. An ensemble is validated and published once the models its
+steps use are loaded (Triton loads them with it).
 An unload retires the versions named (every loaded one by default). A version
 that has weight is never retired: the whole message is refused instead.
 """
@@ -34,6 +35,7 @@ from workers.loading.ensemble_load import publish_one, unpublish
 from workers.loading.loader import LoadedVersion, VersionLoadError
 from workers.loading.placement import Devices, runs_here
 from workers.loading.repository_index import entry_for
+from workers.loading.start_set import start_set
 from workers.settings import WorkerSettings
 
 
@@ -110,7 +112,14 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
     await control.write_index(redis, {name: entry_for(model)})
     scan = None
     if is_ensemble(model.config):
+        # As Triton does, an ensemble loads the models its steps use (with their own steps').
         scan = await asyncio.to_thread(repositories.scan, not strict)
+        configs = {n: m.config for n, m in scan.models.items()} | {name: model.config}
+        for step_model in sorted(start_set(configs, [name], {}) - {name}):
+            if not any(m == step_model for m, _ in host.loaded):
+                answer = await load_model(host, scan.models[step_model], scan)
+                if answer.status == control.ACK_ERROR:
+                    return ack(host, control.ACK_ERROR, f"'{step_model}': {answer.message}")
     return await load_model(host, model, scan, reload_all=message.files)
 
 
