@@ -8,9 +8,10 @@ tritonclient over HTTP and gRPC (issue 27).
 - ``explicit``: only ``--load-model`` loads at start, strict readiness does not wait for the rest,
   load and unload work, a worker started later loads what the fleet loaded, and loading an
   ensemble loads the models its steps use.
-- ``poll``: an added model loads, a new version directory replaces the old version, another
-  configuration is reloaded, a removed model unloads, within a few poll periods, while requests
-  to the models that stay (the changed one included) see no error.
+- ``poll``: an added model (and ensemble) loads, a new version directory replaces the old
+  version, another configuration is reloaded, a removed model (and ensemble) unloads, within a
+  few poll periods, while requests to the models that stay (the changed one included) see no
+  error.
 """
 
 from __future__ import annotations
@@ -371,6 +372,14 @@ class TestPoll:
             )
             assert added == {"1": "READY"}, poll_mesh.mesh.logs(["worker"])
 
+            staging = repo / ".staging-pair"  # an ensemble over a model that stays
+            (staging / "1").mkdir(parents=True)
+            ensemble = PAIR_ENSEMBLE.replace('"pair"', '"pair_poll"').replace('"third"', '"stays"')
+            (staging / "config.pbtxt").write_text(ensemble)
+            staging.rename(repo / "pair_poll")
+            client = poll_mesh.http()
+            assert until_sync(lambda: client.is_model_ready("pair_poll"), CHANGE_S)
+
             add_version(repo / "grows", 2)  # version_policy latest 1: 2 replaces 1
             grown = eventually_sync(
                 lambda: states(url, "grows"),
@@ -380,10 +389,9 @@ class TestPoll:
             assert grown.get("2") == "READY" and grown.get("1") != "READY", grown
 
             config = repo / "grows" / "config.pbtxt"  # another configuration: reloaded in place
-            staging = repo / "grows" / ".config.pbtxt"
-            staging.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: 4"))
-            staging.replace(config)
-            client = poll_mesh.http()
+            staged = repo / "grows" / ".config.pbtxt"
+            staged.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: 4"))
+            staged.replace(config)
             batch = eventually_sync(
                 lambda: client.get_model_config("grows")["max_batch_size"],
                 lambda b: b == 4,
@@ -392,6 +400,7 @@ class TestPoll:
             assert batch == 4
 
             shutil.rmtree(repo / "goes")
+            shutil.rmtree(repo / "pair_poll")
             gone = eventually_sync(
                 lambda: states(url, "goes"), lambda s: "READY" not in s.values(), CHANGE_S
             )
@@ -400,5 +409,6 @@ class TestPoll:
             assert until_sync(lambda: loop.done > done_before + 10, 10)
         assert loop.errors == [], loop.errors[:5]
         assert not poll_mesh.http().is_model_ready("goes")
+        assert until_sync(lambda: not poll_mesh.http().is_model_ready("pair_poll"), CHANGE_S)
         assert poll_mesh.http().get_model_metadata("grows")["versions"] == ["2"]
         assert until_sync(lambda: server_ready(url), 10)  # the removed model is not waited for
