@@ -1,0 +1,106 @@
+"""The control plane's edge TLS: the files it watches and the resources it builds from them."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
+
+from controlplane import edge_tls, resources
+from controlplane.settings import ControlPlaneSettings
+from controlplane.snapshot import validate
+from tests.certificates import Pki, issue, make_pki
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def _settings(tmp_path: Path, pki: Pki, mutual: bool = True) -> ControlPlaneSettings:
+    cert, key = tmp_path / "edge.crt", tmp_path / "edge.key"
+    shutil.copyfile(pki.server.cert_path, cert)
+    shutil.copyfile(pki.server.key_path, key)
+    return ControlPlaneSettings.from_env(
+        {},
+        edge_tls_cert=str(cert),
+        edge_tls_key=str(key),
+        edge_tls_root_cert=str(pki.ca.cert_path),
+        edge_tls_mutual=mutual,
+        grpc_listener_port=18081,
+    )
+
+
+def test_listeners_name_the_secrets_sent_over_ads(tmp_path: Path, pki: Pki) -> None:
+    settings = _settings(tmp_path, pki)
+    files = edge_tls.CertificateFiles(settings)
+    built: Mapping[str, Mapping[str, Any]] = resources.build(settings, set(), set(), files.current)
+    validate(built)  # type: ignore[arg-type]  # Envoy's own rules (protoc-gen-validate) and the cross-references
+    assert set(built[edge_tls.SECRET]) == {edge_tls.CERTIFICATE_SECRET, edge_tls.VALIDATION_SECRET}
+    for listener in built[resources.LISTENER].values():
+        socket = listener.filter_chains[0].transport_socket
+        context = tls_pb2.DownstreamTlsContext()
+        assert socket.typed_config.Unpack(context)
+        assert context.require_client_certificate.value
+        common = context.common_tls_context
+        assert common.tls_certificate_sds_secret_configs[0].name == edge_tls.CERTIFICATE_SECRET
+        assert common.tls_certificate_sds_secret_configs[0].sds_config.HasField("ads")
+        assert common.validation_context_sds_secret_config.name == edge_tls.VALIDATION_SECRET
+        assert list(common.alpn_protocols) == ["h2", "http/1.1"]
+    secret = built[edge_tls.SECRET][edge_tls.CERTIFICATE_SECRET]
+    assert secret.tls_certificate.certificate_chain.inline_string.encode() == (
+        pki.server.cert_path.read_bytes()
+    )
+
+
+def test_without_tls_nothing_changes(tmp_path: Path) -> None:
+    settings = ControlPlaneSettings.from_env({})
+    assert not edge_tls.enabled(settings)
+    built: Mapping[str, Mapping[str, Any]] = resources.build(settings, set())
+    assert built[edge_tls.SECRET] == {}
+    assert not built[resources.LISTENER]["conch_http"].filter_chains[0].HasField("transport_socket")
+
+
+def test_a_half_written_rotation_keeps_the_old_pair(tmp_path: Path, pki: Pki) -> None:
+    settings = _settings(tmp_path, pki)
+    files = edge_tls.CertificateFiles(settings)
+    first = files.current
+    assert not files.poll()  # nothing changed
+    new = issue(pki.ca, tmp_path, "rotated", "rotated", server=True)
+    shutil.copyfile(new.key_path, settings.edge_tls_key)  # the key alone: no pair
+    assert not files.poll()
+    assert files.current == first
+    shutil.copyfile(new.cert_path, settings.edge_tls_cert)
+    assert files.poll()
+    assert files.current.cert == new.cert_path.read_bytes()
+    assert not files.poll()
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"edge_tls_key": ""}, "CONCH_CONTROLPLANE_EDGE_TLS_KEY"),
+        ({"edge_tls_root_cert": ""}, "CONCH_CONTROLPLANE_EDGE_TLS_ROOT_CERT"),
+        ({"edge_tls_cert": "/nonexistent.crt"}, "CONCH_CONTROLPLANE_EDGE_TLS_CERT"),
+    ],
+)
+def test_settings_that_cannot_work_are_named(
+    tmp_path: Path, pki: Pki, change: dict[str, str], named: str
+) -> None:
+    settings = _settings(tmp_path, pki)
+    broken = ControlPlaneSettings.from_env(
+        {}, **{**{f: getattr(settings, f) for f in settings.__struct_fields__}, **change}
+    )
+    with pytest.raises(edge_tls.CertificateError, match=named):
+        edge_tls.CertificateFiles(broken)
+
+
+def test_a_key_of_another_certificate_is_refused(tmp_path: Path, pki: Pki) -> None:
+    settings = _settings(tmp_path, pki)
+    shutil.copyfile(pki.client.key_path, settings.edge_tls_key)
+    with pytest.raises(edge_tls.CertificateError, match="not a PEM certificate and its key"):
+        edge_tls.CertificateFiles(settings)
