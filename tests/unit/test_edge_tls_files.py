@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from argparse import Namespace
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 import pytest
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 
+from conch.edge_up import edge_tls as tls_from_args
+from conch.envoy_edge import plan_edge
 from controlplane import edge_tls, resources
 from controlplane.settings import ControlPlaneSettings
 from controlplane.snapshot import validate
@@ -104,3 +107,25 @@ def test_a_key_of_another_certificate_is_refused(tmp_path: Path, pki: Pki) -> No
     shutil.copyfile(pki.client.key_path, settings.edge_tls_key)
     with pytest.raises(edge_tls.CertificateError, match="not a PEM certificate and its key"):
         edge_tls.CertificateFiles(settings)
+
+
+def test_conch_up_flags_become_the_control_planes_settings(tmp_path: Path) -> None:
+    """``--envoy-server-cert`` and friends (read with getattr: ``conch up`` may predate them)."""
+    assert tls_from_args(Namespace()) is None
+    args = Namespace(
+        envoy_server_cert="edge.crt",
+        envoy_server_key="edge.key",
+        envoy_root_cert="ca.pem",
+        envoy_use_ssl_mutual=True,
+    )
+    tls = tls_from_args(args)
+    assert tls is not None
+    plan = plan_edge(
+        "redis://127.0.0.1:6379/0", 18443, workdir=tmp_path, envoy_path="envoy", tls=tls
+    )
+    env = plan.controlplane.env
+    assert env["CONCH_CONTROLPLANE_EDGE_TLS_CERT"] == str(Path("edge.crt").resolve())
+    assert env["CONCH_CONTROLPLANE_EDGE_TLS_KEY"] == str(Path("edge.key").resolve())
+    assert env["CONCH_CONTROLPLANE_EDGE_TLS_ROOT_CERT"] == str(Path("ca.pem").resolve())
+    assert env["CONCH_CONTROLPLANE_EDGE_TLS_MUTUAL"] == "true"
+    assert plan.public_url == "https://127.0.0.1:18443"
