@@ -4,19 +4,36 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
+
+from conch.triton_flags import (
+    add_addresses_and_logs,
+    add_boolean,
+    add_edge,
+    add_model_control,
+    add_refused,
+    add_tls,
+)
 
 
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="conch", description="Conch inference-serving mesh")
     sub = parser.add_subparsers(dest="command")
-    up_parser = sub.add_parser("up", help="start Redis, gateway, scheduler and workers")
-    up_parser.add_argument("--model-repository", required=True, type=Path)
+    up_parser = sub.add_parser(
+        "up",
+        help="start Redis, gateway, scheduler and workers",
+        epilog="Triton's start-up options are taken in Triton's syntax; the ones Conch does not "
+        "implement are refused by name with the reason (docs/coming-from-triton.md).",
+    )
+    add_model_control(up_parser)
     up_parser.add_argument("--http-port", type=int, default=8000)
     up_parser.add_argument(
         "--grpc-port", type=int, default=8001, help="KServe v2 gRPC port (0: no gRPC)"
     )
-    up_parser.add_argument("--host", default="127.0.0.1", help="address the gateway binds")
+    up_parser.add_argument(
+        "--host",
+        default=None,
+        help="address the gateway binds (default 127.0.0.1; Triton's --http-address)",
+    )
     up_parser.add_argument(
         "--redis-cluster",
         type=int,
@@ -37,11 +54,10 @@ def parser() -> argparse.ArgumentParser:
         help="worker processes per backend: a number, or auto (one per GPU for a backend with "
         "GPU models, else one)",
     )
-    up_parser.add_argument(
+    add_boolean(
+        up_parser,
         "--strict-readiness",
-        type=_boolean,
         default=True,
-        metavar="{true,false}",
         help="/v2/health/ready answers 200 only when every model is ready (Triton's default); "
         "false: once the gateway reaches Redis",
     )
@@ -67,17 +83,23 @@ def parser() -> argparse.ArgumentParser:
         default=180.0,
         help="seconds for every model to be ready; then conch up stops with what was missing",
     )
-    up_parser.add_argument("--log-format", choices=["json", "text"], default="json")
-    up_parser.add_argument("--log-level", default="INFO")
+    up_parser.add_argument(
+        "--log-format",
+        choices=["json", "text", "default", "ISO8601"],
+        default="json",
+        help="json: one object per line; text (Triton's default and ISO8601): lines for a person",
+    )
+    up_parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING...")
     up_parser.add_argument(
         "--admin-token",
         default=os.environ.get("CONCH_ADMIN_TOKEN", ""),
         help="admin API token (default: $CONCH_ADMIN_TOKEN, else a generated one, printed)",
     )
-    up_parser.add_argument(
+    add_boolean(
+        up_parser,
         "--allow-anonymous",
-        action=argparse.BooleanOptionalAction,
         default=True,
+        negative=True,
         help="allow inference without an API key",
     )
     up_parser.add_argument(
@@ -86,10 +108,11 @@ def parser() -> argparse.ArgumentParser:
         help="also start a local Prometheus (the system's `prometheus`) scraping every service",
     )
     up_parser.add_argument("--prometheus-port", type=int, default=9090)
-    up_parser.add_argument(
+    add_boolean(
+        up_parser,
         "--allow-client-shm",
-        action=argparse.BooleanOptionalAction,
         default=False,
+        negative=True,
         help="let clients on this host register system shared memory regions (Triton's "
         "--allow-client-shm)",
     )
@@ -101,13 +124,6 @@ def parser() -> argparse.ArgumentParser:
         help="Triton's response cache for models with response_cache { enable: true }: "
         "'local,size=512M' starts a private cache Redis of that size (LRU eviction), "
         "'redis,host=H,port=P' uses an existing one; shared by every gateway",
-    )
-    up_parser.add_argument(
-        "--strict-model-config",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="Triton's --strict-model-config: true turns auto-complete off (configurations "
-        "must list inputs and outputs)",
     )
     up_parser.add_argument(
         "--http-header-forward-pattern",
@@ -132,14 +148,16 @@ def parser() -> argparse.ArgumentParser:
         ("--grpc-http2-max-ping-strikes", 2, "bad pings before the server closes the connection"),
     ):
         up_parser.add_argument(flag, type=int, default=default, help=f"gRPC keepalive: {text}")
-    up_parser.add_argument(
+    add_boolean(
+        up_parser,
         "--grpc-keepalive-permit-without-calls",
-        action=argparse.BooleanOptionalAction,
         default=False,
+        negative=True,
         help="gRPC keepalive: allow pings on connections without calls",
     )
     up_parser.add_argument(
         "--server-name",
+        "--id",
         default="conch",
         help="the name server metadata reports (GET /v2, gRPC ServerMetadata); "
         "'triton' for client code that checks it",
@@ -177,6 +195,10 @@ def parser() -> argparse.ArgumentParser:
         default=3,
         help="an entry delivered more often (its consumers kept dying) is dead-lettered",
     )
+    add_tls(up_parser)
+    add_edge(up_parser)
+    add_addresses_and_logs(up_parser)
+    add_refused(up_parser, set(up_parser._option_string_actions))
     sub.add_parser("gateway", help="run one gateway service (uvicorn, several processes)")
     sub.add_parser("scheduler", help="run one scheduler service")
     sub.add_parser("worker", help="run one worker service: conch worker --backend NAME")
@@ -184,13 +206,3 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("controlplane", help="run the xDS control plane for Envoy")
     sub.add_parser("bench", help="benchmark against the shared harness: conch bench --help")
     return parser
-
-
-def _boolean(text: str) -> bool:
-    """Triton's spelling of flag values: --strict-readiness false."""
-    lowered = text.strip().lower()
-    if lowered in ("true", "1", "yes", "on"):
-        return True
-    if lowered in ("false", "0", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")

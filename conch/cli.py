@@ -30,6 +30,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "up":
         from conch.up import up
+        from conch.up_args import UsageError, resolve
+
+        try:
+            notes = resolve(args)
+        except UsageError as exc:
+            print(f"conch up: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+        for note in notes:
+            print(f"conch up: note: {note}", file=sys.stderr, flush=True)
 
         raise SystemExit(up(args))
     parser.print_help()

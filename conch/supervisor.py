@@ -17,16 +17,16 @@ restarted, with the same back-off if it keeps dying soon after its start.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
+from conch import http_wait
 from conch.service_output import FirstError, pump
 from shared.runtime.exits import EXIT_FINAL
 
@@ -42,6 +42,8 @@ class ServiceSpec:
     env: dict[str, str] = field(default_factory=dict)
     # A URL that answers 200 once the service serves (None: it serves once it runs).
     probe: str | None = None
+    # The TLS context of an https:// probe (conch.http_wait.tls_context).
+    probe_tls: ssl.SSLContext | None = None
 
 
 class StartupFailed(Exception):
@@ -119,7 +121,7 @@ class Supervisor:
             code = running.process.poll()
             if code is None:
                 if not running.served and running.next_start == 0.0:
-                    running.served = _answers(running.spec.probe)
+                    running.served = _answers(running.spec.probe, running.spec.probe_tls)
                 continue
             if running.next_start == 0.0:
                 self._exited(running, code, now)
@@ -181,16 +183,6 @@ class Supervisor:
             log.info("service stopped", extra={"target": running.spec.name})
 
 
-def _answers(url: str | None) -> bool:
+def _answers(url: str | None, context: ssl.SSLContext | None = None) -> bool:
     """Whether ``url`` answers 200 now (no URL: the service serves once it runs)."""
-    if url is None:
-        return True
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=0.5)
-    try:
-        conn.request("GET", parts.path or "/")
-        return conn.getresponse().status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
+    return True if url is None else http_wait.answers(url, 0.5, context)

@@ -1,11 +1,14 @@
 """``conch up``: the whole mesh on this machine, each service a supervised process.
 
-It checks its ports (``conch.port_plan``), starts a private Redis where none is configured, the
-schedulers, the worker services of each backend in the model repository (``conch.worker_plan``),
-the gateway, and on request Prometheus and Envoy; it waits for every model to be ready, then keeps
-what it started running until Ctrl-C stops it all. Start-up failures are final: a port in use, a
-service that cannot start (``conch.supervisor``), a model that fails to load, or a mesh not ready
-within ``--ready-timeout`` stops everything and exits non-zero with the first error line.
+It scans the model repositories (``conch.up_plan``), checks its ports (``conch.port_plan``),
+starts a private Redis where none is configured, the schedulers, the worker services of each
+backend in the repositories (``conch.worker_plan``), the gateway, and on request Prometheus and
+Envoy; it waits for the models of its control mode to be ready, then keeps what it started running
+until Ctrl-C stops it all, giving each service ``--exit-timeout-secs`` to drain. Start-up failures
+are final: a port in use, a service that cannot start (``conch.supervisor``), a model that fails
+to load (unless ``--exit-on-error=false``), or a mesh not ready within ``--ready-timeout`` stops
+everything and exits non-zero with the first error line. The flags, in Triton's syntax, are
+``conch.arguments``; the services' settings they become, ``conch.service_env``.
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ from conch.mesh_ready import ModelFailed, wait_ready
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from conch.private_redis_cluster import PrivateRedisCluster
-from conch.service_env import grpc_keepalive_env
+from conch.service_env import gateway_env, gateway_probe_tls, worker_env
 from conch.supervisor import ServiceSpec, StartupFailed, Supervisor
+from conch.up_args import UsageError
+from conch.up_plan import plan_models
 from conch.worker_plan import plan_workers, visible_gpus
-from shared.model_config import ModelConfig
 from shared.runtime import clock, cpu_budget, gpu, logs
-from shared.storage import repository
+from shared.storage.repositories import default_cache_dir
 from shared.wire.errors import ConchError
 
 # The watch's safety net once all serve: a child's exit (SIGCHLD) or a stop wakes it at once.
@@ -38,36 +42,30 @@ IDLE_WATCH_S = 60.0
 
 log = logging.getLogger("conch.up")
 
-# Backends served by a worker service; anything else in a repository is reported, not started.
-WORKER_BACKENDS = ("onnxruntime", "pytorch", "python", "tensorrt")
-
 
 def up(args: argparse.Namespace) -> int:
     logs.setup("conch-up", args.log_level, args.log_format)
-    repo = args.model_repository.resolve()
     try:
-        scan = repository.scan(repo)
+        plan = plan_models(args, default_cache_dir() / "conch-up")
     except ConchError as exc:
         print(f"conch up: {exc.message}", file=sys.stderr)
         return 2
+    except UsageError as exc:
+        print(f"conch up: {exc}", file=sys.stderr)
+        return 2
+    if plan.failed and args.exit_on_error:
+        print(f"conch up: {ModelFailed(plan.failed)}", file=sys.stderr, flush=True)
+        return 1
+    for name, error in sorted(plan.failed.items()):
+        log.error("model skipped", extra={"model": name, "error": error})
     problem = port_plan.clash(port_plan.ports_of(args))
     if problem is not None:
         print(f"conch up: {problem}", file=sys.stderr, flush=True)
         return 2
-    for name, error in scan.errors.items():
-        log.error("model skipped", extra={"model": name, "error": error})
-    by_backend: dict[str, list[ModelConfig]] = {}
-    for entry in scan.models.values():
-        by_backend.setdefault(entry.config.backend, []).append(entry.config)
-    by_backend.pop("ensemble", None)  # run by the schedulers, not by a worker
-    for backend in sorted(set(by_backend) - set(WORKER_BACKENDS)):
-        log.warning("no worker service for backend", extra={"backend": backend})
-        del by_backend[backend]
-    if not by_backend:
-        print(f"conch up: no servable model in {repo}", file=sys.stderr)
-        return 2
     try:
-        workers = plan_workers(by_backend, args.workers_per_backend, visible_gpus(gpu.gpu_count()))
+        workers = plan_workers(
+            plan.by_backend, args.workers_per_backend, visible_gpus(gpu.gpu_count())
+        )
         cpu_budget.gateway_processes(args.gateways)
     except ConchError as exc:
         print(f"conch up: {exc.message}", file=sys.stderr)
@@ -112,9 +110,11 @@ def up(args: argparse.Namespace) -> int:
         "PYTHONUNBUFFERED": "1",
     }
     admin_token = args.admin_token or secrets.token_urlsafe(24)
-    strict = str(args.strict_model_config).lower()
     python = sys.executable
-    supervisor = Supervisor(start_attempts=args.start_attempts)
+    # Each service drains for up to --exit-timeout-secs on SIGTERM, then has 5 s to exit.
+    supervisor = Supervisor(
+        grace_s=args.exit_timeout_secs + 5.0, start_attempts=args.start_attempts
+    )
     stopping = False
     # Prometheus targets (job -> host:port): each service's /metrics.
     targets: dict[str, list[str]] = {"conch-scheduler": [], "conch-worker": []}
@@ -154,56 +154,49 @@ def up(args: argparse.Namespace) -> int:
                     {
                         **common,
                         **worker.env,
-                        "CONCH_WORKER_MODEL_REPOSITORY": str(repo),
+                        **worker_env(args, default_cache_dir() / worker.name),
                         "CONCH_WORKER_HEALTH_PORT": str(port),
-                        "CONCH_WORKER_STRICT_MODEL_CONFIG": strict,
                         "CONCH_WORKER_DEAD_BOUND_MS": str(args.dead_bound_ms),
                         "CONCH_WORKER_MAX_DELIVERIES": str(args.max_deliveries),
                     },
                     probe=f"http://127.0.0.1:{port}/health/ready",
                 )
             )
-        url = f"http://{_display_host(args.host)}:{args.http_port}"
+        scheme = "https" if args.http_use_ssl else "http"
+        url = f"{scheme}://{_display_host(args.host)}:{args.http_port}"
+        probe_tls = gateway_probe_tls(args)
         supervisor.start(
             ServiceSpec(
                 "gateway",
                 [python, "-m", "gateway"],
-                {
-                    **common,
-                    "CONCH_GATEWAY_DEAD_BOUND_MS": str(args.dead_bound_ms),
-                    "CONCH_GATEWAY_HOST": args.host,
-                    "CONCH_GATEWAY_HTTP_PORT": str(args.http_port),
-                    "CONCH_GATEWAY_PROCESSES": str(args.gateways),
-                    "CONCH_GATEWAY_GRPC_PORT": str(args.grpc_port),
-                    "CONCH_GATEWAY_ADMIN_TOKEN": admin_token,
-                    "CONCH_GATEWAY_ALLOW_ANONYMOUS": str(args.allow_anonymous).lower(),
-                    "CONCH_GATEWAY_STRICT_READINESS": str(args.strict_readiness).lower(),
-                    "CONCH_GATEWAY_START_ATTEMPTS": str(args.start_attempts),
-                    "CONCH_GATEWAY_SERVER_NAME": args.server_name,
-                    "CONCH_GATEWAY_ALLOW_CLIENT_SHM": str(args.allow_client_shm).lower(),
-                    "CONCH_GATEWAY_CACHE_REDIS_URL": cache_url,
-                    "CONCH_GATEWAY_HTTP_HEADER_FORWARD_PATTERN": args.http_header_forward_pattern,
-                    **grpc_keepalive_env(args),
-                    "CONCH_GATEWAY_GRPC_HEADER_FORWARD_PATTERN": args.grpc_header_forward_pattern,
-                    "CONCH_GATEWAY_MAX_REQUEST_BYTES": str(args.max_request_bytes),
-                    "CONCH_GATEWAY_MAX_IN_FLIGHT": str(args.max_in_flight),
-                    "CONCH_GATEWAY_GONE_BOUND_MS": str(args.gone_bound_ms),
-                },
+                {**common, **gateway_env(args, admin_token, cache_url)},
                 probe=f"{url}/v2/health/live",
+                probe_tls=probe_tls,
             )
         )
         targets["conch-gateway"] = [f"{_display_host(args.host)}:{args.http_port}"]
         if args.with_prometheus:
             prometheus = _start_prometheus(targets, args.prometheus_port)
-        models = sorted(m.name for configs in by_backend.values() for m in configs)
-        ready = wait_ready(url, models, args.ready_timeout, supervisor, lambda: stopping, failures)
-        if not ready:
+        models = wait_ready(
+            url,
+            plan.wait_for,
+            args.ready_timeout,
+            supervisor,
+            lambda: stopping,
+            failures,
+            exit_on_error=args.exit_on_error,
+            context=probe_tls,
+        )
+        if models is None:
             return 0 if stopping else 1
         if args.with_envoy:
             url = edge_up.start_edge(supervisor, redis_url, args, common)
-        print(f"Conch is ready at {url}  (models: {', '.join(models)})", flush=True)
+        print(f"Conch is ready at {url}  (models: {', '.join(models) or 'none'})", flush=True)
         if args.grpc_port:
-            print(f"gRPC (KServe v2) at {_display_host(args.host)}:{args.grpc_port}", flush=True)
+            tls = " (TLS)" if args.grpc_use_ssl else ""
+            print(
+                f"gRPC (KServe v2) at {_display_host(args.host)}:{args.grpc_port}{tls}", flush=True
+            )
         shown = f"{redis_url} (also {private.tcp_url})" if private else redis_url
         print(f"Redis: {shown}  |  Ctrl-C stops everything", flush=True)
         if not args.admin_token:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from gateway.core import restricted
+from shared.fleet.control import check_mode
 from shared.runtime.settings import Settings
+
+# Triton's --grpc-infer-response-compression-level values, as gRPC's compression levels.
+GRPC_COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
 
 
 class GatewaySettings(Settings, kw_only=True):
@@ -90,6 +95,13 @@ class GatewaySettings(Settings, kw_only=True):
     allow_anonymous: bool = True
     # Whether /v2/repository/... (load, unload, index) needs the admin token too.
     repository_requires_admin: bool = True
+    # Triton's --model-control-mode (none, poll or explicit, any case): the repository API's
+    # load and unload are refused with Triton's error unless it is explicit. The workers'
+    # CONCH_WORKER_MODEL_CONTROL_MODE must match.
+    model_control_mode: str = "none"
+    # Triton's --exit-timeout-secs: a stopping gateway process waits at most this long for its
+    # requests in flight (and never longer than the default deadline plus 5 s).
+    exit_timeout_s: float = 30.0
     # How long a load or unload waits for every worker of the fleet to answer.
     control_timeout_s: float = 120.0
     # Model files one repository load may carry (Triton's file:<path> parameters), in bytes.
@@ -123,10 +135,42 @@ class GatewaySettings(Settings, kw_only=True):
     allow_client_shm: bool = False
     # Whose registrations this gateway shares: the gateways of one host (default: hostname).
     shm_host: str = ""
+    # Triton's --http-restricted-api: specs CATEGORY[,CATEGORY...]:HEADER=VALUE joined with ';'
+    # (e.g. "model-repository,logging:admin-key=s3cret"); a request to a category listed is
+    # answered 403 unless it carries the header with the value (gateway/core/restricted.py).
+    http_restricted_api: str = ""
+    # Triton's --grpc-restricted-protocol, the same for gRPC: the header a client sends is
+    # "triton-grpc-protocol-<HEADER>" (Triton's prefix); refused with UNAVAILABLE.
+    grpc_restricted_protocol: str = ""
+    # Triton's --grpc-infer-response-compression-level: none, low, medium or high; gRPC
+    # responses are compressed with an algorithm the client accepts (gzip, deflate).
+    grpc_infer_response_compression_level: str = "none"
+
+    def __post_init__(self) -> None:
+        """A wrong restriction, compression level, control mode or exit timeout stops the service
+        at start, named."""
+        restricted.parse(self.http_restricted_api, "CONCH_GATEWAY_HTTP_RESTRICTED_API", grpc=False)
+        restricted.parse(
+            self.grpc_restricted_protocol, "CONCH_GATEWAY_GRPC_RESTRICTED_PROTOCOL", grpc=True
+        )
+        if self.grpc_infer_response_compression_level not in GRPC_COMPRESSION_LEVELS:
+            raise ValueError(
+                "CONCH_GATEWAY_GRPC_INFER_RESPONSE_COMPRESSION_LEVEL is "
+                f"'{self.grpc_infer_response_compression_level}'; expected one of "
+                f"{', '.join(GRPC_COMPRESSION_LEVELS)}"
+            )
+        self.model_control_mode = check_mode(
+            self.model_control_mode, "CONCH_GATEWAY_MODEL_CONTROL_MODE"
+        )
+        if self.exit_timeout_s < 0:
+            raise ValueError(
+                f"CONCH_GATEWAY_EXIT_TIMEOUT_S is {self.exit_timeout_s}; expected seconds >= 0"
+            )
 
 
 def graceful_shutdown_s(settings: GatewaySettings) -> float:
     """How long a stopping gateway process drains (SIGTERM): until its last in-flight request
     is answered, which is at most the default deadline away, plus a margin for the answer to
-    go out. A rolling restart then cuts no request."""
-    return settings.default_timeout_ms / 1000 + 5.0
+    go out, and never longer than Triton's --exit-timeout-secs (``exit_timeout_s``). With an
+    exit timeout at least the default deadline plus 5 s, a rolling restart cuts no request."""
+    return min(settings.default_timeout_ms / 1000 + 5.0, settings.exit_timeout_s)

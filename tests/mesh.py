@@ -33,6 +33,15 @@ from tests.waiting import wait_until
 ROOT = Path(__file__).resolve().parent.parent
 _SIGKILL = signal.SIGKILL  # in Mesh, ``signal`` names its method
 
+# The mesh's services start in Triton's explicit model control mode with every model loaded at
+# start: what the mesh did before the modes existed, and the tests use the repository API's load
+# and unload. A test of another mode passes its own (``env_overrides`` or a ``start_*`` argument).
+EXPLICIT_CONTROL = {
+    "CONCH_WORKER_MODEL_CONTROL_MODE": "explicit",
+    "CONCH_WORKER_LOAD_MODELS": "*",
+    "CONCH_GATEWAY_MODEL_CONTROL_MODE": "explicit",
+}
+
 needs_prometheus = pytest.mark.skipif(
     prometheus_binary() is None,
     reason="needs the `prometheus` binary (Debian: apt-get install -y "
@@ -175,6 +184,7 @@ class Mesh:
     def _env(self, extra: dict[str, str]) -> dict[str, str]:
         return {
             **os.environ,
+            **EXPLICIT_CONTROL,
             "CONCH_REDIS_URL": self.redis_url,
             "CONCH_LOG_FORMAT": self.log_format,
             "PYTHONUNBUFFERED": "1",

@@ -22,7 +22,8 @@ What it can do, and who uses it:
   upstream, before its reply came back, or drop the reply that contains a marker (what makes a
   client library retry a write; ``tests/integration``);
 - counters: ``connections`` (accepted so far), ``cuts`` (connections cut by the two above),
-  ``open_count()`` (open now).
+  ``open_count()`` (open now), ``bytes_up`` / ``bytes_down`` (bytes read from the clients / from
+  the upstream, all connections together: what crossed the wire, e.g. compressed or not).
 
 Threads, not an event loop: a sub-millisecond delay needs ``nanosleep``'s precision (about
 0.1 ms), and event loops round their timers to the millisecond. Per connection and direction one
@@ -136,6 +137,8 @@ class TcpProxy:
         self._server: socket.socket | None = None
         self.cuts = 0
         self.connections = 0
+        self.bytes_up = 0
+        self.bytes_down = 0
 
     @classmethod
     def to_redis(cls, server: PrivateRedis) -> TcpProxy:
@@ -279,6 +282,11 @@ class TcpProxy:
                     return
                 if not data:
                     break
+                with self._lock:
+                    if from_client:
+                        self.bytes_up += len(data)
+                    else:
+                        self.bytes_down += len(data)
                 if from_client and len(link.seen) < NAME_WINDOW:
                     link.seen += data[: NAME_WINDOW - len(link.seen)]
                 self._flowing.wait()

@@ -16,7 +16,10 @@ from workers.settings import WorkerSettings
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="conch worker", description=__doc__)
     parser.add_argument("--backend", help="onnxruntime | pytorch | python | tensorrt")
-    parser.add_argument("--model-repository", help="path of the Triton model repository")
+    parser.add_argument(
+        "--model-repository",
+        help="the model repositories: paths or s3:// locations, comma-separated",
+    )
     parser.add_argument("--models", help="comma-separated model names (default: all)")
     parser.add_argument("--health-port", type=int)
     args = parser.parse_args(argv)
@@ -48,10 +51,16 @@ async def report_backend_failure(settings: WorkerSettings, message: str) -> None
     so the mesh does not wait for them (``shared.fleet.expected_models``); best effort."""
     from shared.fleet import expected_models
     from shared.runtime import redis_conn
-    from shared.storage import repository
+    from shared.storage.repositories import Repositories
 
     try:
-        scan = repository.scan(settings.model_repository)
+        repositories = Repositories.from_setting(
+            settings.model_repository,
+            settings.repository_cache_dir or None,
+            settings.model_config_name,
+        )
+        repositories.refresh()
+        scan = repositories.scan()
     except ConchError:
         return
     wanted = set(settings.models)

@@ -37,7 +37,7 @@ async def restore_loop(host: VersionHost, stopping: asyncio.Event) -> None:
 
 
 async def _restore_after_redis_loss(host: VersionHost) -> None:
-    await restore_if_lost(host.redis, host.settings.model_repository)
+    await restore_if_lost(host.redis, host.repositories, host.settings)
     configs = {v.model.config.name: v.model.config for v in host.loaded.values()}
     if await model_registry.ensure_published(host.redis, list(configs.values())):
         log.warning("redis had lost the model registry; restored", extra={"models": list(configs)})

@@ -1,11 +1,14 @@
 """The generic worker service: start up, serve one backend's models, shut down cleanly.
 
-Start-up loads what the repository and the fleet's desired state select
-(``workers.loading.startup``), then serves it (``workers.loading.version_host``: one serving loop
-per instance, ``workers.batches.batch_loop``) and marks it ready. While it runs, the heartbeat, the
-takeover of dead workers' batches and fleet control (load and unload while serving) run beside the
-serving loops. Shutdown stops taking batches, finishes the ones in flight, then deregisters.
-"""
+Start-up reads the model repositories (``shared.storage.repositories``: one or several, the
+local copies of remote ones brought up to date first) and loads what they hold; in explicit
+model control mode, what LOAD_MODELS and the fleet's desired state select
+(``workers.loading.fleet_state``, ``workers.loading.startup``). Then it serves them
+(``workers.loading.version_host``: one serving loop per instance, ``workers.batches.batch_loop``)
+and marks them ready. While it runs, the heartbeat, the takeover of dead workers' batches and
+fleet control (load and unload while serving) run beside the serving loops; in poll mode, so
+does the repository poll (``workers.loading.poll``). Shutdown stops taking batches, finishes the
+ones in flight, then deregisters."""
 
 from __future__ import annotations
 
@@ -14,13 +17,11 @@ import logging
 import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from shared import metrics
-from shared.fleet import cancel_listener, heartbeats, log_settings, readiness
+from shared.fleet import cancel_listener, control, heartbeats, log_settings, readiness
 from shared.runtime import redis_conn
 from shared.runtime.health_http import HealthServer
-from shared.storage import repository
 from workers.backend import Backend, ModelInstance
 from workers.backend_table import load_backend
 from workers.batches.batch import BatchProcessor
@@ -31,6 +32,7 @@ from workers.heartbeat import restore_loop
 from workers.loaded_metrics import LoadedVersionMetrics
 from workers.loading.control import ModelControl
 from workers.loading.loader import LoadedVersion
+from workers.loading.poll import RepositoryPoll
 from workers.loading.startup import load_at_startup
 from workers.loading.version_host import VersionHost
 from workers.sequence.adoption import adoption_loop
@@ -88,10 +90,21 @@ class WorkerService:
         versions = self.versions
         background: list[asyncio.Task[None]] = []
         try:
-            found = repository.scan(
-                self.settings.model_repository, not self.settings.strict_model_config
+            settings = self.settings
+            repositories = versions.repositories
+            await asyncio.to_thread(repositories.refresh)
+            poll = None
+            if settings.model_control_mode == control.MODE_POLL:
+                poll = RepositoryPoll(versions, self._stopping)
+                await poll.baseline()
+            found = await asyncio.to_thread(repositories.scan, not settings.strict_model_config)
+            scan = await self.control.startup_scan(
+                found,
+                repositories.upload_root,
+                settings.model_control_mode,
+                settings.load_models,
+                settings.model_config_name,
             )
-            scan = await self.control.startup_scan(found, Path(self.settings.model_repository))
             await load_at_startup(scan, versions)
             total = sum(len(v.instances) for v in versions.loaded.values())
             self._batches.executor = ThreadPoolExecutor(  # headroom for versions loaded at runtime
@@ -117,6 +130,8 @@ class WorkerService:
                 ),
                 cancels,
             ]
+            if poll is not None:
+                background.append(asyncio.create_task(poll.run(), name="repository-poll"))
             self.ready.set()
             log.info(
                 "worker ready",

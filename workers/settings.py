@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from shared.fleet.control import check_mode
 from shared.runtime.settings import Settings
 
 
@@ -11,8 +12,27 @@ class WorkerSettings(Settings, kw_only=True):
     # The backend this worker runs (onnxruntime, python, pytorch, tensorrt...): it serves the
     # models of the repository whose configuration names it.
     backend: str = "onnxruntime"
-    # Directory of the model repository (Triton's layout: <model>/config.pbtxt, <model>/<version>).
+    # The model repositories (Triton's layout: <model>/config.pbtxt, <model>/<version>): one or
+    # several locations, comma-separated, each a local directory or s3://...; a model name
+    # found in two is served from neither (Triton's rule).
     model_repository: str = "model_repository"
+    # Triton's --model-control-mode, any case: none (load every model at start; the repository
+    # API's load and unload are refused), poll (the same, and follow the repositories: added
+    # and changed models load, removed ones unload) or explicit (load LOAD_MODELS at start,
+    # then what the repository API asks). The gateways' CONCH_GATEWAY_MODEL_CONTROL_MODE must
+    # match.
+    model_control_mode: str = "none"
+    # Explicit mode: the models loaded at start (Triton's --load-model; "*": every model), as
+    # well as those the fleet's desired state says are loaded (a load through the API).
+    load_models: list[str] = []
+    # Poll mode: seconds between two looks at the repositories (Triton's --repository-poll-secs).
+    repository_poll_secs: float = 15.0
+    # Triton's --model-config-name: read <model>/configs/<name>.pbtxt where it exists, else
+    # config.pbtxt.
+    model_config_name: str = ""
+    # Where the local copies of remote (s3://) repositories are kept; "": the user's cache
+    # directory (~/.cache/conch/repositories).
+    repository_cache_dir: str = ""
     # Names of the models to load; empty: every model of this worker's backend.
     models: list[str] = []
     # Physical ids of the GPUs this worker drives (``conch up`` pins one worker per GPU with
@@ -54,3 +74,13 @@ class WorkerSettings(Settings, kw_only=True):
     inline_execution_us: int = -1
     # How often a holder releases idle sequences and re-reads the sequences it holds.
     sequence_reconcile_ms: int = 500
+
+    def __post_init__(self) -> None:
+        self.model_control_mode = check_mode(
+            self.model_control_mode, "CONCH_WORKER_MODEL_CONTROL_MODE"
+        )
+        if self.repository_poll_secs <= 0:
+            raise ValueError(
+                f"CONCH_WORKER_REPOSITORY_POLL_SECS is {self.repository_poll_secs}; "
+                "expected a number of seconds above 0"
+            )

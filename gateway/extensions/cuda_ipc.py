@@ -27,7 +27,11 @@ _LAZY_ENABLE_PEER_ACCESS = 1
 
 
 class _Handle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * HANDLE_SIZE)]
+    """``cudaIpcMemHandle_t`` (64 opaque bytes), passed by value. Declared as eight 64-bit words,
+    not as ``c_char * 64``: ctypes passed the array form wrongly by value (the runtime answered
+    "invalid argument" to a handle that CuPy opened, on an H100 with CUDA 13)."""
+
+    _fields_ = [(f"word{i}", ctypes.c_uint64) for i in range(HANDLE_SIZE // 8)]
 
 
 class CudaError(Exception):
@@ -55,6 +59,10 @@ class CudaRuntime:
 
     def _check(self, code: int, what: str) -> None:
         if code != 0:
+            # The runtime keeps a failed call's error as the thread's "last error" too; left
+            # there, the next library in this process that checks cudaGetLastError (PyTorch
+            # after a kernel) reports it as its own failure.
+            self._lib.cudaGetLastError()
             text = self._lib.cudaGetErrorString(code).decode(errors="replace")
             raise CudaError(f"{what}: {text}")
 
@@ -67,7 +75,9 @@ class CudaRuntime:
             self._check(self._lib.cudaSetDevice(device_id), "failed to set the CUDA device")
             self._check(
                 self._lib.cudaIpcOpenMemHandle(
-                    ctypes.byref(pointer), _Handle(raw_handle), _LAZY_ENABLE_PEER_ACCESS
+                    ctypes.byref(pointer),
+                    _Handle.from_buffer_copy(raw_handle),
+                    _LAZY_ENABLE_PEER_ACCESS,
                 ),
                 "failed to open CUDA IPC handle",
             )

@@ -22,16 +22,19 @@ import msgspec
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
+from gateway.core import restricted
 from gateway.core.caller import ROUTE_KEY_HEADER, Caller
 from gateway.errors import GRPC_STATUS, REDIS_ERRORS, internal_error, redis_unavailable
 from gateway.extensions import stats
+from gateway.grpc import health
 from gateway.grpc.codec import encode_grpc_response, parse_grpc_request
 from gateway.grpc.extensions import RepositoryService, SettingsService, SharedMemoryService
+from gateway.grpc.restrictions import RestrictedProtocols
 from gateway.grpc.stream import model_stream_infer
 from gateway.runtime import tls
 from gateway.runtime.state import GatewayState
 from gateway.server_identity import server_metadata
-from gateway.settings import GatewaySettings
+from gateway.settings import GRPC_COMPRESSION_LEVELS, GatewaySettings
 from shared.runtime.listen import check_free
 from shared.wire.errors import ConchError, ErrorCode
 
@@ -193,16 +196,30 @@ def server_options(settings: GatewaySettings) -> list[tuple[str, int]]:
             settings.grpc_http2_min_recv_ping_interval_without_data_ms,
         ),
         ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
+        # Triton's --grpc-infer-response-compression-level: gRPC's level, which picks an
+        # algorithm the client accepts (for every response of the port, not inference only).
+        (
+            "grpc.default_compression_level",
+            GRPC_COMPRESSION_LEVELS[settings.grpc_infer_response_compression_level],
+        ),
     ]
 
 
 async def start(state: GatewayState, host: str, port: int) -> grpc.aio.Server:
     """Serve gRPC on ``host:port``; raises ``PortInUse`` when the port is taken."""
+    restrictions = restricted.parse(
+        state.settings.grpc_restricted_protocol, "CONCH_GATEWAY_GRPC_RESTRICTED_PROTOCOL", grpc=True
+    )
     server = grpc.aio.server(
         options=server_options(state.settings),
-        interceptors=[KeyBeforeMessage(state)],
+        # Triton's restricted protocols first, then the API key (both apply).
+        interceptors=[
+            *([RestrictedProtocols(restrictions)] if restrictions else []),
+            KeyBeforeMessage(state),
+        ],
     )
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(state), server)
+    health.add_to_server(state, server)  # grpc.health.v1.Health, the orchestrators' probe
     try:
         credentials = tls.grpc_credentials(state.settings)
         address = f"{host}:{port}"

@@ -7,6 +7,9 @@ the call is refused with a message saying to set its weight to 0 first. Unloadin
 gateways stop routing requests without a version to it, then the workers finish what was queued
 for it.
 
+Load and unload are Triton's explicit model control mode (``CONCH_GATEWAY_MODEL_CONTROL_MODE``):
+in the other modes they are refused with Triton's error; the index answers in every mode.
+
 The routes that call this are ``gateway.repository.routes``.
 """
 
@@ -51,8 +54,10 @@ class RepositoryControl:
         table: ModelTable,
         timeout_s: float,
         max_upload_bytes: int = 64 * 1024 * 1024,
+        control_mode: str = control.MODE_EXPLICIT,
     ):
         self._redis = r
+        self._explicit = control_mode == control.MODE_EXPLICIT
         self._table = table
         self._timeout_s = timeout_s
         self._max_upload_bytes = max_upload_bytes
@@ -73,14 +78,15 @@ class RepositoryControl:
             state = states.get(name)
             versions = set(entry.versions if entry else []) | set(live.get(name, {}))
             if not versions and not ready_only:
-                entries.append({"name": name, "state": "UNAVAILABLE", "reason": "no version"})
+                # A published model no repository holds any more (removed, poll mode): unloaded.
+                reason = "no version" if entry is not None else "unloaded"
+                entries.append({"name": name, "state": "UNAVAILABLE", "reason": reason})
             for version in sorted(versions):
                 if live.get(name, {}).get(version, 0) > 0:
                     entries.append({"name": name, "version": str(version), "state": "READY"})
                 elif not ready_only:
-                    unloaded = state is not None and (state.unloaded or version in state.excluded)
-                    reason = "unloaded" if unloaded else "not loaded by any live worker"
-                    if not unloaded and name in failed:
+                    reason = _not_ready_reason(entry, state, version)
+                    if reason == "not loaded by any live worker" and name in failed:
                         reason = f"failed to load: {failed[name].message}"
                     entries.append(
                         {
@@ -92,11 +98,17 @@ class RepositoryControl:
                     )
         return entries
 
+    def _check_explicit(self) -> None:
+        """Load and unload only in explicit model control mode: Triton's refusal otherwise."""
+        if not self._explicit:
+            raise unavailable(control.NOT_EXPLICIT)
+
     async def load(self, model: str, parameters: dict[str, Any]) -> list[int]:
-        check_model_name(model)
         """Load (or reload) a model on every worker. A ``config`` override or model files
         reload the versions already loaded; files are written into each worker's model
         directory first (``gateway.repository.files`` checks them)."""
+        self._check_explicit()
+        check_model_name(model)
         request = load_request(model, parameters, self._max_upload_bytes)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(keys.control_files(model))
@@ -127,6 +139,7 @@ class RepositoryControl:
         return loaded
 
     async def unload(self, model: str, parameters: dict[str, Any]) -> list[int]:
+        self._check_explicit()
         check_model_name(model)
         dependents = parameters.get("unload_dependents", False)
         if not isinstance(dependents, bool):
@@ -224,6 +237,18 @@ class RepositoryControl:
                 f"{', '.join(sorted(missing))}",
             )
         return acks
+
+
+def _not_ready_reason(
+    entry: control.IndexEntry | None, state: control.DesiredState | None, version: int
+) -> str:
+    """Why a version in the index is not READY: unloaded (through the API, or gone from the
+    repositories), not loaded (explicit mode, never asked for), or no live worker has it."""
+    if entry is None or (state is not None and (state.unloaded or version in state.excluded)):
+        return "unloaded"
+    if state is None and entry.not_loaded:
+        return "not loaded"
+    return "not loaded by any live worker"
 
 
 def _raise_for_errors(acks: list[control.ControlAck], action: str, model: str) -> None:

@@ -15,8 +15,12 @@ from typing import Any
 
 import msgspec
 from litestar import Litestar, Request, Response, get, post
+from litestar.connection import ASGIConnection
+from litestar.handlers import BaseRouteHandler
+from litestar.types import Guard
 
 from gateway.admin.routes import admin_router
+from gateway.core import restricted
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.extensions import stats
 from gateway.extensions.settings_routes import settings_router
@@ -33,6 +37,7 @@ from gateway.server_identity import SERVER_VERSION, server_metadata
 from gateway.settings import GatewaySettings, graceful_shutdown_s
 from shared import metrics
 from shared.runtime import gc_tuning, logs, tracing
+from shared.wire.errors import ConchError, ErrorCode
 
 log = logging.getLogger(__name__)
 _json = msgspec.json.Encoder()
@@ -133,8 +138,24 @@ async def infer_stream(
     return await infer_events(request, model, version)
 
 
+def restriction_guard(restrictions: restricted.Restrictions) -> Guard:
+    """Triton's restricted APIs for every Litestar route (the fast path checks ``/infer``
+    itself): the route's category from its path template, a 403 without the header's value."""
+
+    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        category = restricted.REST_CATEGORY.get(connection.scope.get("path_template", ""))
+        refusal = restrictions.refusal(category, connection.headers)
+        if refusal is not None:
+            raise ConchError(ErrorCode.PERMISSION_DENIED, refusal)
+
+    return guard
+
+
 def create_app(settings: GatewaySettings, process: GatewayProcess | None = None) -> FastInferApp:
     """One process's app; ``process`` places it in a service of several (None: on its own)."""
+    restrictions = restricted.parse(
+        settings.http_restricted_api, "CONCH_GATEWAY_HTTP_RESTRICTED_API", grpc=False
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -176,12 +197,13 @@ def create_app(settings: GatewaySettings, process: GatewayProcess | None = None)
             openai_router(),
         ],
         lifespan=[lifespan],
+        guards=[restriction_guard(restrictions)] if restrictions else None,
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.max_request_bytes,
         openapi_config=openapi_config(SERVER_VERSION),
         logging_config=None,
     )
-    return FastInferApp(app)
+    return FastInferApp(app, restrictions)
 
 
 def app_from_env(process: GatewayProcess | None = None) -> FastInferApp:

@@ -15,6 +15,11 @@ The headers are checked before the body is read (``rest_infer.before_body``), th
 no further than the limit, and a client that disconnects while its request runs gets it
 cancelled (``gateway.rest.disconnect``: the one mechanism, ASGI's ``http.disconnect``; the data
 plane then marks it cancelled in Redis). The exchange itself is ``gateway.rest.infer``.
+
+Around the exchange, Triton's edge behaviour for every route: a restricted category
+(``gateway.core.restricted``) is refused before anything else (inference here, the other routes
+by the Litestar app's guard), and a successful response is compressed when ``Accept-Encoding``
+asks (``gateway.rest.compression``: here for inference, through ``send`` for the other routes).
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ from typing import Any, cast
 
 from litestar import Litestar
 
+from gateway.core.restricted import INFERENCE, Restrictions
 from gateway.errors import REDIS_ERRORS, error_parts, internal_error, redis_unavailable
+from gateway.rest import compression
 from gateway.rest import infer as rest_infer
 from gateway.rest.disconnect import CancelOnDisconnect
 from gateway.rest.request_limits import read_body
-from shared.wire.errors import ConchError
+from shared.wire.errors import ConchError, ErrorCode
 
 _INFER = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
 # A refusal sent before the body was read: the rest of the body is never read, so the
@@ -60,8 +67,13 @@ def infer_route(scope: dict[str, Any]) -> InferRoute | None:
 class FastInferApp:
     """The gateway's ASGI application: inference here, the rest in ``self.app``."""
 
-    def __init__(self, app: Litestar):
+    def __init__(self, app: Litestar, restrictions: Restrictions | None = None):
         self.app = app
+        restrictions = restrictions or Restrictions({}, grpc=False)
+        self._infer_restriction = restrictions.get(INFERENCE)
+        self._infer_refusal = (
+            restrictions.refusal_text(self._infer_restriction) if self._infer_restriction else ""
+        )
         # The same object, called for everything but inference. Litestar types its scope and
         # messages as TypedDicts; the server's are the plain dicts of this module's types.
         self._litestar = cast(ASGIApp, app)
@@ -74,6 +86,10 @@ class FastInferApp:
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
         route = infer_route(scope)
         if route is None:
+            if scope["type"] == "http":
+                encoding = compression.negotiate(_header(scope, b"accept-encoding"))
+                if encoding is not None:
+                    send = compression.compressing_send(send, encoding)
             await self._litestar(scope, receive, send)
             return
         received = time.perf_counter()  # the request's headers are in; the clock starts
@@ -98,6 +114,9 @@ class FastInferApp:
         gateway = self.app.state.gateway
         dataplane, limit = gateway.dataplane, gateway.settings.max_request_bytes
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw_headers}
+        if self._infer_restriction and not self._infer_restriction.met_by(headers):
+            refusal = error_parts(ErrorCode.PERMISSION_DENIED, self._infer_refusal)
+            return rest_infer.RestResponse(*refusal), False
         try:
             caller = await rest_infer.before_body(dataplane, route[0], headers, limit)
         except ConchError as exc:
@@ -116,6 +135,12 @@ class FastInferApp:
                 response = await rest_infer.infer(
                     dataplane, route[0], route[1], headers, body, received, caller, limit
                 )
+            accept = headers.get("accept-encoding")
+            if accept is not None and response is not None and response.status == 200:
+                encoding = compression.negotiate(accept)
+                if encoding is not None:
+                    response.body = await compression.compress(response.body, encoding)
+                    response.headers["Content-Encoding"] = encoding
             return response, True
         except ConchError as exc:  # the body crossed the limit
             return rest_infer.RestResponse(*error_parts(exc.code, exc.message)), False
@@ -123,6 +148,13 @@ class FastInferApp:
             return rest_infer.RestResponse(*internal_error(exc, "inference")), True
         finally:
             dataplane.in_flight.leave()
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
 
 
 def response_headers(response: rest_infer.RestResponse) -> list[tuple[bytes, bytes]]:

@@ -38,6 +38,8 @@ class Readiness:
         self._grpc = serves_grpc
         self._process = process
         self._accepting = False
+        # Set when the process stops accepting (it is stopping): gRPC health watchers end.
+        self.stopping = asyncio.Event()
         table.on_refresh(self._publish)
 
     def own(self) -> str | None:
@@ -96,6 +98,7 @@ class Readiness:
 
     def stop_accepting(self) -> None:
         self._accepting = False
+        self.stopping.set()
         if self._process is not None:
             self._process.set(STARTING)
 

@@ -100,7 +100,11 @@ class GatewayState:
         self.dataplane.traces = self.traces
         self.admin = AdminStore(self.redis)
         self.repository = RepositoryControl(
-            self.redis, self.table, settings.control_timeout_s, settings.max_upload_bytes
+            self.redis,
+            self.table,
+            settings.control_timeout_s,
+            settings.max_upload_bytes,
+            settings.model_control_mode,
         )
         self.repository.cache = self.dataplane.cache
         self.feed.on(change_feed.MODELS, self.table.refresh)

@@ -27,6 +27,17 @@ from shared.wire import keys
 LOAD = "load"
 UNLOAD = "unload"
 
+# Triton's --model-control-mode: "none" loads every model at start and refuses the repository
+# API's load and unload; "poll" does too, and follows the repositories as they change;
+# "explicit" loads what CONCH_WORKER_LOAD_MODELS names at start, then what the API asks.
+MODE_NONE = "none"
+MODE_POLL = "poll"
+MODE_EXPLICIT = "explicit"
+MODES = (MODE_NONE, MODE_POLL, MODE_EXPLICIT)
+# Triton's refusal of load and unload outside explicit mode (UNAVAILABLE: HTTP 503), word for
+# word: clients match on it.
+NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
+
 ACK_OK = "ok"
 ACK_ERROR = "error"
 ACK_SKIPPED = "skipped"
@@ -73,6 +84,20 @@ class IndexEntry(msgspec.Struct, frozen=True, kw_only=True):
 
     versions: list[int] = []
     error: str = ""
+    # Explicit mode: not among the models loaded at start (and never loaded through the API
+    # since): in the index, not expected.
+    not_loaded: bool = False
+
+
+def check_mode(value: str, setting: str) -> str:
+    """A model control mode as Triton reads it (any case), or ValueError naming the setting."""
+    mode = value.strip().lower()
+    if mode not in MODES:
+        raise ValueError(
+            f"{setting} is '{value}'; expected one of {', '.join(MODES)} "
+            "(Triton's --model-control-mode)"
+        )
+    return mode
 
 
 _json_encode = msgspec.json.encode

@@ -10,12 +10,16 @@ no single process that knows its models, so the expectation is kept in Redis by 
   first worker to start tells the gateways about the models of every other backend too, so a
   model whose worker starts later is expected (and reported as loading) from the start;
 - the repository API's load and unload change the fleet's desired state
-  (``keys.control_state``): a model unloaded everywhere is no longer expected;
+  (``keys.control_state``): a model unloaded everywhere is no longer expected, one loaded is;
+- in explicit model control mode, a model the workers did not load at start is in the index
+  marked ``not_loaded``: not expected until the API loads it;
+- in poll mode the workers write the index again when the repositories change: a model removed
+  from them stops being expected;
 - a worker whose load of a model fails records why (``keys.load_errors``); a later load that
   succeeds, or a new load request, clears it.
 
-Expected = on disk and servable, not unloaded, not failed. The pure functions here decide; the
-gateway's model table reads the keys on every refresh.
+Expected = on disk and servable, loaded (at start or through the API), not failed. The pure
+functions here decide; the gateway's model table reads the keys on every refresh.
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ def expected(found: Expectations) -> set[str]:
         if entry.error or name in found.load_errors:
             continue
         state = found.states.get(name)
+        if state is None and entry.not_loaded:  # explicit mode: not loaded at start
+            continue
         if state is not None and state.unloaded:
             continue
         if state is not None and entry.versions and set(entry.versions) <= set(state.excluded):

@@ -13,7 +13,6 @@ files changed (a new, removed or rewritten file, or its configuration) has a new
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,7 +148,5 @@ def _model_dirs(root: Path) -> list[Path]:
     return [e for e in entries if e.is_dir() and not e.name.startswith(".")]
 
 
-def default_cache_dir() -> Path:
-    """Where local copies of remote repositories live when no cache directory is configured."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "conch" / "repositories"
+# Where local copies of remote repositories live when no cache directory is configured.
+default_cache_dir = remote.default_cache_dir

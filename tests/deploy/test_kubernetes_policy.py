@@ -59,7 +59,9 @@ def test_conch_services_are_scraped_and_probed_on_their_health_port(
         assert annotations["prometheus.io/scrape"] == "true", name
         container = template["spec"]["containers"][0]
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-        probe_port = container["readinessProbe"]["httpGet"]["port"]
+        # The gateway's readiness is a gRPC probe (grpc.health.v1); its liveness is on HTTP.
+        probe = container["readinessProbe"].get("httpGet") or container["livenessProbe"]["httpGet"]
+        probe_port = probe["port"]
         assert int(annotations["prometheus.io/port"]) == ports.get(probe_port, probe_port), name
 
 

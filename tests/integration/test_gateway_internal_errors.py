@@ -104,8 +104,10 @@ def test_a_bug_behind_a_litestar_route_answers_500_with_the_request_id_only(
 
 def test_a_stopping_gateway_drains_for_as_long_as_a_request_may_run() -> None:
     """Before: a fixed 10 s, shorter than the default 30 s deadline: a rolling restart cut the
-    requests still running."""
-    settings = GatewaySettings()
+    requests still running. Triton's --exit-timeout-secs (default 30) bounds it too."""
+    settings = GatewaySettings(exit_timeout_s=3600)
     assert graceful_shutdown_s(settings) > settings.default_timeout_ms / 1000
-    longer = GatewaySettings(default_timeout_ms=120_000)
+    longer = GatewaySettings(default_timeout_ms=120_000, exit_timeout_s=3600)
     assert graceful_shutdown_s(longer) > 120
+    assert graceful_shutdown_s(GatewaySettings()) == 30.0
+    assert graceful_shutdown_s(GatewaySettings(exit_timeout_s=2)) == 2.0

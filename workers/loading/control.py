@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -24,6 +25,7 @@ from shared.wire import keys
 from workers.loading import control_actions
 from workers.loading.control_actions import ModelHost, ack
 from workers.loading.fleet_state import apply_fleet_state
+from workers.loading.start_set import ALL
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +35,18 @@ class ModelControl:
         self._host = host
         self._cursor: bytes = b"$"
 
-    async def startup_scan(self, scan: ScanResult, root: Path | None = None) -> ScanResult:
-        """Apply the fleet's desired state to what the disk says, and publish the index."""
+    async def startup_scan(
+        self,
+        scan: ScanResult,
+        root: Path | None = None,
+        mode: str = control.MODE_EXPLICIT,
+        load_models: Sequence[str] = (ALL,),
+        config_name: str = "",
+    ) -> ScanResult:
+        """Apply the fleet's desired state to what the disk says (explicit mode: and the start
+        set), and publish the index."""
         self._cursor = await control.last_id(self._host.redis)
-        return await apply_fleet_state(self._host.redis, scan, root)
+        return await apply_fleet_state(self._host.redis, scan, root, mode, load_models, config_name)
 
     async def run(self) -> None:
         client: aioredis.Redis = redis_conn.dedicated(
@@ -95,6 +105,8 @@ class ModelControl:
         wanted = host.settings.models
         if wanted and message.model not in wanted:
             return ack(host, control.ACK_SKIPPED, "not among this worker's models")
+        if host.settings.model_control_mode != control.MODE_EXPLICIT:  # a gateway's mode differs
+            return ack(host, control.ACK_ERROR, control.NOT_EXPLICIT)
         if message.action == control.LOAD:
             return await control_actions.load(host, message)
         if message.action == control.UNLOAD:

@@ -4,7 +4,8 @@ A load writes the model files the request sent (if any) into the model directory
 (with the message's config override, if any, auto-completed by the backend), loads the versions
 its version_policy selects that are not loaded yet, reloads the loaded ones whose configuration
 changed (an override, or the end of one) or whose files the request brought, and retires the
-loaded ones it no longer selects.
+loaded ones it no longer selects. An ensemble is validated and published once the models its
+steps use are loaded (Triton loads them with it).
 An unload retires the versions named (every loaded one by default). A version
 that has weight is never retired: the whole message is refused instead.
 """
@@ -12,7 +13,7 @@ that has weight is never retired: the whole message is refused instead.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Protocol, cast
 
@@ -24,7 +25,8 @@ from shared.fleet.control import ControlAck, ControlMessage, IndexEntry
 from shared.model_config.ensemble_graph import is_ensemble
 from shared.storage import model_files, repository
 from shared.storage.model_paths import check_model_name
-from shared.storage.repository import RepositoryModel
+from shared.storage.repositories import Repositories
+from shared.storage.repository import RepositoryModel, ScanResult
 from shared.wire import keys
 from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Backend
@@ -33,6 +35,7 @@ from workers.loading.ensemble_load import publish_one, unpublish
 from workers.loading.loader import LoadedVersion, VersionLoadError
 from workers.loading.placement import Devices, runs_here
 from workers.loading.repository_index import entry_for
+from workers.loading.start_set import start_set
 from workers.settings import WorkerSettings
 
 
@@ -54,6 +57,9 @@ class ModelHost(Protocol):
 
     @property
     def loaded(self) -> Mapping[tuple[str, int], LoadedVersion]: ...
+
+    @property
+    def repositories(self) -> Repositories: ...
 
     async def start(self, model: RepositoryModel, versions: list[int]) -> list[LoadedVersion]:
         """Load (all or nothing; ``VersionLoadError``), serve, mark ready, route to them."""
@@ -79,14 +85,16 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
         check_model_name(name)
     except ConchError as exc:
         return ack(host, control.ACK_ERROR, exc.message)
-    model_dir = Path(host.settings.model_repository) / name
+    repositories = host.repositories
     strict = host.settings.strict_model_config
     try:
+        await asyncio.to_thread(repositories.refresh, name)
+        model_dir = _model_dir(repositories, name, message.files)
         if message.files:
             await write_files(redis, name, model_dir)
         if not model_dir.is_dir():
             return ack(
-                host, control.ACK_ERROR, f"no model directory '{name}' in the model repository"
+                host, control.ACK_ERROR, f"no model directory '{name}' in the model repositories"
             )
         override = None
         if message.config is not None:
@@ -95,16 +103,55 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
                 source=f"override of {name!r}",
                 model_dir=None if strict else model_dir,
             )
-        model = repository.read_model(model_dir, override, auto_complete=not strict)
-        if host.backend.accepts(model.config):
-            model = await asyncio.to_thread(auto_complete.complete, host.backend, model, strict)
+        model = repository.read_model(
+            model_dir, override, auto_complete=not strict, config_name=repositories.config_name
+        )
     except ConchError as exc:
         await control.write_index(redis, {name: IndexEntry(error=exc.message)})
         return ack(host, control.ACK_ERROR, exc.message)
     await control.write_index(redis, {name: entry_for(model)})
+    scan = None
+    if is_ensemble(model.config):
+        # As Triton does, an ensemble loads the models its steps use (with their own steps').
+        scan = await asyncio.to_thread(repositories.scan, not strict)
+        configs = {n: m.config for n, m in scan.models.items()} | {name: model.config}
+        for step_model in sorted(start_set(configs, [name], {}) - {name}):
+            if not any(m == step_model for m, _ in host.loaded):
+                answer = await load_model(host, scan.models[step_model], scan)
+                if answer.status == control.ACK_ERROR:
+                    return ack(host, control.ACK_ERROR, f"'{step_model}': {answer.message}")
+    return await load_model(host, model, scan, reload_all=message.files)
+
+
+def _model_dir(repositories: Repositories, name: str, uploading: bool) -> Path:
+    """The model's directory in the repositories: the one holding it, or for files sent with
+    the load, a new one in the first repository; a name in two repositories is refused."""
+    found = repositories.model_dir(name)
+    if found is not None:
+        return found
+    if any((root / name).is_dir() for root in repositories.paths):
+        raise ConchError(
+            ErrorCode.INVALID_ARG,
+            f"model '{name}' is not unique across all model repositories "
+            f"({', '.join(str(root) for root in repositories.paths if (root / name).is_dir())})",
+        )
+    return repositories.upload_root / name if uploading else repositories.paths[0] / name
+
+
+async def load_model(
+    host: ModelHost,
+    model: RepositoryModel,
+    scan: ScanResult | None,
+    reload_all: bool = False,
+    changed: Collection[int] = (),
+) -> ControlAck:
+    """Bring the model's loaded versions to what its version_policy selects: load the new ones,
+    reload those whose configuration changed (every kept one with ``reload_all``, those in
+    ``changed``), then retire the ones no longer selected. An ensemble (``scan``: the
+    repositories, to check its steps against) is validated and published instead."""
+    name, redis = model.name, host.redis
     if is_ensemble(model.config):  # no instance: validated and published for the schedulers
-        scan = await asyncio.to_thread(repository.scan, host.settings.model_repository)
-        configs = {n: m.config for n, m in scan.models.items()}
+        configs = {n: m.config for n, m in scan.models.items()} if scan else {}
         error = await publish_one(redis, model, configs, host.id)
         if error is not None:
             return ack(host, control.ACK_ERROR, error)
@@ -118,6 +165,13 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
         )
     if not runs_here(model.config, Devices.of(host.settings)):
         return ack(host, control.ACK_SKIPPED, "no instance of the model on this worker's devices")
+    try:
+        model = await asyncio.to_thread(
+            auto_complete.complete, host.backend, model, host.settings.strict_model_config
+        )
+    except ConchError as exc:
+        await expected_models.record_load_error(redis, name, host.id, exc.message)
+        return ack(host, control.ACK_ERROR, exc.message)
     target = set(model.versions)
     if not target:
         reason = (
@@ -135,7 +189,9 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
     reload = [
         v
         for v in sorted(target & current)
-        if message.files or host.loaded[(name, v)].model.config.json != model.config.json
+        if reload_all
+        or v in changed
+        or host.loaded[(name, v)].model.config.json != model.config.json
     ]
     try:
         loaded = await host.start(model, sorted(target - current))

@@ -1,16 +1,21 @@
-"""At start-up, the fleet's desired state applied to what the disk says.
+"""At start-up, the fleet's desired state applied to what the disk says (explicit mode).
 
 A worker started after models were loaded or unloaded through the repository API loads what the
 fleet serves, not what its disk holds: a model unloaded everywhere stays unloaded, versions
-unloaded one by one stay out, and a config override replaces config.pbtxt. The worker also
-publishes what it found on disk (the repository index, ``workers.loading.repository_index``), errors
-included, before it loads anything: the gateways then know every model the mesh will serve.
+unloaded one by one stay out, and a config override replaces config.pbtxt. In explicit model
+control mode it loads only the models ``workers.loading.start_set`` selects (LOAD_MODELS and what
+the API loaded); the others are in the index, marked not loaded. In the other modes (none, poll)
+the API's load and unload are refused, so there is no desired state to apply: every model loads.
+The worker also publishes what it found on disk (the repository index,
+``workers.loading.repository_index``), errors included, before it loads anything: the gateways
+then know every model the mesh will serve.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -22,6 +27,7 @@ from shared.storage.repository import RepositoryModel, ScanResult
 from shared.wire.errors import ConchError
 from workers.loading.control_actions import write_files
 from workers.loading.repository_index import index_of
+from workers.loading.start_set import ALL, missing, start_set
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +44,21 @@ class _Pinned(RepositoryModel):
 
 
 async def apply_fleet_state(
-    redis: aioredis.Redis, scan: ScanResult, root: Path | None = None
+    redis: aioredis.Redis,
+    scan: ScanResult,
+    root: Path | None = None,
+    mode: str = control.MODE_EXPLICIT,
+    load_models: Sequence[str] = (ALL,),
+    config_name: str = "",
 ) -> ScanResult:
-    """The scan with the fleet's desired state applied; the repository index is published.
-    A model that exists only through files a load sent (not on this worker's disk) is written
-    into ``root`` first."""
+    """The scan with the fleet's desired state applied (explicit mode); the repository index is
+    published. A model that exists only through files a load sent (not on this worker's disk)
+    is written into ``root`` first."""
+    if mode != control.MODE_EXPLICIT:
+        await expected_models.write_index(redis, index_of(scan))
+        return scan
     states = await control.read_states(redis)
-    scan = await _add_uploaded(redis, scan, states, root)
+    scan = await _add_uploaded(redis, scan, states, root, config_name)
     models: dict[str, RepositoryModel] = {}
     for name, model in scan.models.items():
         state = states.get(name)
@@ -83,8 +97,16 @@ async def apply_fleet_state(
                 pinned=pinned,
             )
         models[name] = model
-    await expected_models.write_index(redis, index_of(scan))
-    return ScanResult(models=models, errors=scan.errors)
+    chosen = start_set({n: m.config for n, m in scan.models.items()}, load_models, states)
+    errors = dict(scan.errors)
+    for name in missing(load_models, [*scan.models, *scan.errors]):
+        errors[name] = (
+            f"failed to load '{name}': no model directory '{name}' in the model repositories "
+            "(CONCH_WORKER_LOAD_MODELS, Triton's --load-model)"
+        )
+    scan = ScanResult(models=scan.models, errors=errors)
+    await expected_models.write_index(redis, index_of(scan, set(scan.models) - chosen))
+    return ScanResult(models={n: m for n, m in models.items() if n in chosen}, errors=errors)
 
 
 async def _add_uploaded(
@@ -92,19 +114,20 @@ async def _add_uploaded(
     scan: ScanResult,
     states: dict[str, control.DesiredState],
     root: Path | None,
+    config_name: str,
 ) -> ScanResult:
-    missing = [
+    absent = [
         name
         for name, state in states.items()
         if state.files and not state.unloaded and name not in scan.models
     ]
-    if root is None or not missing:
+    if root is None or not absent:
         return scan
     models, errors = dict(scan.models), dict(scan.errors)
-    for name in missing:
+    for name in absent:
         try:
             await write_files(redis, name, root / name)
-            models[name] = repository.read_model(root / name)
+            models[name] = repository.read_model(root / name, config_name=config_name)
         except ConchError as exc:
             errors[name] = exc.message
     return ScanResult(models=models, errors=errors)

@@ -7,17 +7,21 @@ and not expected; every other one is expected until it is ready, fails to load, 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Collection
 
 import redis.asyncio as aioredis
 
-from shared.fleet import expected_models
+from shared.fleet import control, expected_models
 from shared.fleet.control import IndexEntry
 from shared.model_config.ensemble_graph import ENSEMBLE_PLATFORM
-from shared.storage import repository
+from shared.storage.repositories import Repositories
 from shared.storage.repository import RepositoryModel, ScanResult
 from shared.wire import keys
 from workers.backend_table import BACKENDS
+from workers.loading.start_set import start_set
+from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
@@ -33,17 +37,29 @@ def entry_for(model: RepositoryModel) -> IndexEntry:
     return IndexEntry(versions=model.available_versions)
 
 
-def index_of(scan: ScanResult) -> dict[str, IndexEntry]:
+def index_of(scan: ScanResult, not_loaded: Collection[str] = ()) -> dict[str, IndexEntry]:
+    """The index of a scan; ``not_loaded``: models explicit mode did not load at start."""
     index = {name: IndexEntry(error=error) for name, error in scan.errors.items()}
-    index.update({name: entry_for(model) for name, model in scan.models.items()})
+    for name, model in scan.models.items():
+        entry = entry_for(model)
+        if name in not_loaded and not entry.error:
+            entry = IndexEntry(versions=entry.versions, not_loaded=True)
+        index[name] = entry
     return index
 
 
-async def restore_if_lost(redis: aioredis.Redis, model_repository: str) -> bool:
+async def restore_if_lost(
+    redis: aioredis.Redis, repositories: Repositories, settings: WorkerSettings
+) -> bool:
     """Publish the index again after Redis lost it (a restart without persistence); True if so."""
     if await redis.exists(keys.repository_scanned()):
         return False
-    scan = repository.scan(model_repository)
-    await expected_models.write_index(redis, index_of(scan))
+    scan = await asyncio.to_thread(repositories.scan, not settings.strict_model_config)
+    not_loaded: set[str] = set()
+    if settings.model_control_mode == control.MODE_EXPLICIT:
+        configs = {name: model.config for name, model in scan.models.items()}
+        states = await control.read_states(redis)
+        not_loaded = set(configs) - start_set(configs, settings.load_models, states)
+    await expected_models.write_index(redis, index_of(scan, not_loaded))
     log.warning("redis had lost the repository index; published it again")
     return True

@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 from shared.fleet import change_feed, heartbeats, labels, model_registry, readiness, streams
 from shared.fleet.heartbeat_thread import HeartbeatThread
 from shared.runtime import clock
+from shared.storage.repositories import Repositories
 from shared.storage.repository import RepositoryModel
 from shared.wire import keys
 from shared.wire.errors import ConchError
@@ -55,6 +56,12 @@ class VersionHost:
         self.settings = settings
         self.backend = backend
         self.id = worker_id
+        # The model repositories (CONCH_WORKER_MODEL_REPOSITORY: one or several, local or s3://).
+        self.repositories = Repositories.from_setting(
+            settings.model_repository,
+            settings.repository_cache_dir or None,
+            settings.model_config_name,
+        )
         self._serve = serve
         self._wait_idle = wait_idle
         # The versions held, read by heartbeats, reclaim and the scrape hook, changed only here.
