@@ -20,6 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from conch import envoy_edge
+from conch.ports import free_port
 from tests.certificates import Pair, Pki, handshake, issue, make_pki
 from tests.waiting import wait_until
 
@@ -46,7 +47,7 @@ def tls_edge(edge_redis_url: str, deploy_tmp: Path, envoy_path: str) -> Iterator
     cert_path, key_path = workdir / "edge.crt", workdir / "edge.key"
     shutil.copyfile(pki.server.cert_path, cert_path)
     shutil.copyfile(pki.server.key_path, key_path)
-    http_port, grpc_port = procs.free_port(), procs.free_port()
+    http_port, grpc_port = free_port(), free_port()
     plan = envoy_edge.plan_edge(
         edge_redis_url,
         http_port,
@@ -63,7 +64,7 @@ def tls_edge(edge_redis_url: str, deploy_tmp: Path, envoy_path: str) -> Iterator
         procs.wait_http(plan.controlplane_health_url, 15, plane)
         envoy = procs.Proc("tls-envoy", plan.envoy.argv, plan.envoy.env, workdir)
         procs.wait_http(plan.ready_url, 15, envoy)
-        gateway_port = procs.free_port()
+        gateway_port = free_port()
         gateway = procs.Proc(
             "tls-gateway",
             [sys.executable, "-m", "gateway"],
@@ -71,7 +72,7 @@ def tls_edge(edge_redis_url: str, deploy_tmp: Path, envoy_path: str) -> Iterator
                 "CONCH_REDIS_URL": edge_redis_url,
                 "CONCH_GATEWAY_HOST": "127.0.0.1",
                 "CONCH_GATEWAY_HTTP_PORT": str(gateway_port),
-                "CONCH_GATEWAY_GRPC_PORT": str(procs.free_port()),
+                "CONCH_GATEWAY_GRPC_PORT": str(free_port()),
                 "CONCH_GATEWAY_PROCESSES": "1",
                 "CONCH_GATEWAY_STRICT_READINESS": "false",
             },
