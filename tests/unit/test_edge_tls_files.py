@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 
+from conch.arguments import parser
 from conch.edge_up import edge_tls as tls_from_args
 from conch.envoy_edge import plan_edge
+from conch.up_args import UsageError, resolve
 from controlplane import edge_tls, resources
 from controlplane.settings import ControlPlaneSettings
 from controlplane.snapshot import validate
@@ -129,3 +131,20 @@ def test_conch_up_flags_become_the_control_planes_settings(tmp_path: Path) -> No
     assert env["CONCH_CONTROLPLANE_EDGE_TLS_ROOT_CERT"] == str(Path("ca.pem").resolve())
     assert env["CONCH_CONTROLPLANE_EDGE_TLS_MUTUAL"] == "true"
     assert plan.public_url == "https://127.0.0.1:18443"
+
+
+@pytest.mark.parametrize("flag", ["--http-use-ssl", "--grpc-use-ssl"])
+def test_conch_up_refuses_gateway_tls_behind_its_envoy(pki: Pki, flag: str) -> None:
+    """Envoy reaches the gateways in the clear: gateway TLS behind it would leave the edge
+    answering 503, so the start-up line is refused, naming the edge's flags instead."""
+    protocol = flag.split("-")[2]
+    argv = [
+        "up",
+        "--model-repository=/models",
+        flag,
+        f"--{protocol}-server-cert={pki.server.cert_path}",
+        f"--{protocol}-server-key={pki.server.key_path}",
+    ]
+    resolve(parser().parse_args(argv))  # without --with-envoy: the gateway serves TLS
+    with pytest.raises(UsageError, match="--envoy-server-cert"):
+        resolve(parser().parse_args([*argv, "--with-envoy"]))
