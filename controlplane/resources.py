@@ -2,6 +2,8 @@
 
 Written as Envoy's own JSON (the form its docs use) and parsed into the v3 protos, so that the
 config reads like an Envoy config and ``json_format`` rejects any unknown field name outright.
+Longer than 300 lines because the whole edge config reads best in one place: the listeners,
+route, clusters and endpoints side by side (TLS and its secrets are ``controlplane.edge_tls``).
 """
 
 from __future__ import annotations
@@ -25,15 +27,17 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from controlplane import edge_tls
+from controlplane.edge_tls import SECRET, EdgeCertificates
 from controlplane.settings import ControlPlaneSettings
 
 LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
 ROUTE = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-# The order in which a change is pushed: clusters before their endpoints, both before the
-# listeners and routes that point at them (make-before-break).
-PUSH_ORDER = (CLUSTER, ENDPOINT, LISTENER, ROUTE)
+# The order in which a change is pushed: secrets first (a rotation), clusters before their
+# endpoints, both before the listeners and routes that point at them (make-before-break).
+PUSH_ORDER = (SECRET, CLUSTER, ENDPOINT, LISTENER, ROUTE)
 
 LISTENER_NAME = "conch_http"
 GRPC_LISTENER_NAME = "conch_grpc"
@@ -69,10 +73,13 @@ def build(
     settings: ControlPlaneSettings,
     endpoints: Iterable[Endpoint],
     grpc_endpoints: Iterable[Endpoint] = (),
+    certificates: EdgeCertificates | None = None,
 ) -> Resources:
     """Every resource Envoy needs, keyed by type URL and name. With a gRPC listener port, also
-    the gRPC listener and the HTTP/2 cluster of ``grpc_endpoints``."""
+    the gRPC listener and the HTTP/2 cluster of ``grpc_endpoints``; with ``certificates``, TLS
+    on the listeners and its secrets (``controlplane.edge_tls``)."""
     built: Resources = {
+        SECRET: {},
         LISTENER: {LISTENER_NAME: listener(settings)},
         ROUTE: {ROUTE_NAME: route(settings)},
         CLUSTER: {settings.cluster_name: cluster(settings)},
@@ -83,6 +90,10 @@ def build(
         built[LISTENER][GRPC_LISTENER_NAME] = listener(settings, grpc=True)
         built[CLUSTER][name] = cluster(settings, grpc=True)
         built[ENDPOINT][name] = load_assignment(name, grpc_endpoints)
+    if certificates is not None:
+        built[SECRET] = dict(edge_tls.secrets(certificates))
+        for lis in built[LISTENER].values():
+            edge_tls.secure(lis, certificates.mutual)
     return built
 
 

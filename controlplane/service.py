@@ -16,7 +16,7 @@ import signal
 import grpc
 from redis.exceptions import RedisError
 
-from controlplane import resources
+from controlplane import edge_tls, resources
 from controlplane.ads import AggregatedDiscoveryService, add_to_server
 from controlplane.gateway_endpoints import Registration, Resolver, live_gateways
 from controlplane.health import HealthServer
@@ -41,6 +41,10 @@ class ControlPlane:
         self._server: grpc.aio.Server | None = None
         self._endpoints: set[resources.Endpoint] | None = None
         self._grpc_endpoints: set[resources.Endpoint] | None = None
+        # TLS at the edge: the files, read now (a bad one stops the service) and watched.
+        self.certificates = (
+            edge_tls.CertificateFiles(settings) if edge_tls.enabled(settings) else None
+        )
 
     def publish(
         self,
@@ -50,7 +54,7 @@ class ControlPlane:
         """Build, validate and publish the snapshot for these endpoints (or keep the old one)."""
         grpc = set() if grpc_endpoints is None else grpc_endpoints
         try:
-            snapshot = self.store.propose(resources.build(self.settings, endpoints, grpc))
+            snapshot = self.store.propose(self._build(endpoints, grpc))
         except InvalidSnapshot as exc:
             self.metrics.snapshots_rejected.inc()
             log.error(
@@ -73,10 +77,16 @@ class ControlPlane:
         if snapshot is not None:
             self.metrics.snapshot_version.set(snapshot.version)
 
+    def _build(
+        self, endpoints: set[resources.Endpoint], grpc: set[resources.Endpoint]
+    ) -> resources.Resources:
+        certificates = self.certificates.current if self.certificates else None
+        return resources.build(self.settings, endpoints, grpc, certificates)
+
     async def start(self) -> None:
         s = self.settings
         # Fail fast on settings Envoy would reject: the first snapshot must be valid.
-        self.store.propose(resources.build(s, set()))
+        self.store.propose(self._build(set(), set()))
         self.metrics.snapshot_version.set(1)
         server = grpc.aio.server(
             options=[
@@ -127,6 +137,17 @@ class ControlPlane:
         finally:
             await redis.aclose()
 
+    async def watch_certificates(self) -> None:
+        """Look at the edge's certificate files every ``edge_tls_poll_s``; a rotation is
+        published with the endpoints last read (Envoy's new connections get it)."""
+        if self.certificates is None:
+            return
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.settings.edge_tls_poll_s)
+            if self.certificates.poll():
+                self.publish(set(self._endpoints or ()), set(self._grpc_endpoints or ()))
+
     def stop(self) -> None:
         self._stop.set()
 
@@ -144,9 +165,11 @@ async def run(settings: ControlPlaneSettings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, plane.stop)
+    certificates = asyncio.create_task(plane.watch_certificates())
     try:
         await plane.watch()
     finally:
+        certificates.cancel()
         log.info("control plane stopping")
         await plane.close()
 
@@ -157,6 +180,9 @@ def main() -> None:
     logs.setup("controlplane", settings.log_level, settings.log_format)
     try:
         asyncio.run(run(settings))
+    except edge_tls.CertificateError as exc:
+        log.error("edge TLS settings cannot work", extra={"error": str(exc)})
+        raise SystemExit(2) from exc
     except InvalidSnapshot as exc:
         log.error("settings give an invalid Envoy config", extra={"problems": exc.problems})
         raise SystemExit(2) from exc

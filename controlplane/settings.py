@@ -30,6 +30,19 @@ class ControlPlaneSettings(Settings, kw_only=True):
     # --with-envoy: --envoy-grpc-port); 0: no gRPC at the edge. When set, both listeners send
     # requests with content-type application/grpc to the gateways' gRPC ports (HTTP/2).
     grpc_listener_port: int = 0
+    # TLS at the edge: the PEM certificate chain Envoy presents on its listeners (HTTP and
+    # gRPC), sent to Envoy as an SDS secret over ADS (controlplane/edge_tls.py); empty: no TLS.
+    edge_tls_cert: str = ""
+    # The PEM private key of that certificate.
+    edge_tls_key: str = ""
+    # PEM of the authority client certificates must chain to (needed for mutual TLS).
+    edge_tls_root_cert: str = ""
+    # Mutual TLS at the edge: a client without a certificate from EDGE_TLS_ROOT_CERT is refused
+    # at the handshake.
+    edge_tls_mutual: bool = False
+    # How often the three files are looked at; a change (a rotation) reaches Envoy's new
+    # connections without a restart.
+    edge_tls_poll_s: float = 2.0
     # Whole-request timeout at the edge; 0 disables it. Longer than the gateway's default
     # deadline (30 s) so that the gateway, which knows the request, answers a timeout first.
     route_timeout_s: float = 60.0

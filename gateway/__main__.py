@@ -14,6 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gateway.runtime import tls
 from gateway.runtime.status import ProcessStatus
 from gateway.runtime.supervisor import GatewayProcesses
 from gateway.settings import GatewaySettings, graceful_shutdown_s
@@ -47,6 +48,7 @@ def main() -> None:
     try:
         settings = GatewaySettings.from_env()
         count = cpu_budget.gateway_processes(settings.processes)
+        tls.check(settings)
     except ConchError as exc:
         print(f"conch gateway: {exc.message}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_FINAL) from None

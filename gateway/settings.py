@@ -63,6 +63,28 @@ class GatewaySettings(Settings, kw_only=True):
     redis_pool_size: int = 64
     # KServe v2 gRPC port (served by the service's first process); 0 serves no gRPC.
     grpc_port: int = 0
+    # HTTPS on the HTTP port (Triton's --grpc-use-ssl, for HTTP): the server certificate and key
+    # below must be readable PEM files (gateway.runtime.tls).
+    http_use_ssl: bool = False
+    # PEM certificate (chain) the HTTP listener presents.
+    http_server_cert: str = ""
+    # PEM private key of that certificate.
+    http_server_key: str = ""
+    # PEM of the authority client certificates must chain to (needed for mutual TLS).
+    http_root_cert: str = ""
+    # Mutual TLS on HTTP: a client without a certificate from HTTP_ROOT_CERT is refused at the
+    # handshake; turns HTTP_USE_SSL on.
+    http_use_ssl_mutual: bool = False
+    # gRPC over TLS (Triton's --grpc-use-ssl): the gRPC certificate and key below are needed.
+    grpc_use_ssl: bool = False
+    # PEM certificate (chain) the gRPC listener presents (Triton's --grpc-server-cert).
+    grpc_server_cert: str = ""
+    # PEM private key of that certificate (Triton's --grpc-server-key).
+    grpc_server_key: str = ""
+    # PEM of the authority client certificates must chain to (Triton's --grpc-root-cert).
+    grpc_root_cert: str = ""
+    # Mutual TLS on gRPC (Triton's --grpc-use-ssl-mutual); turns GRPC_USE_SSL on.
+    grpc_use_ssl_mutual: bool = False
     # The young generation's threshold of the garbage collector, set (with everything alive
     # at start-up frozen) once the process is ready (``shared/runtime/gc_tuning.py``); 0: Python's
     # own.

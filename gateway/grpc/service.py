@@ -31,6 +31,7 @@ from gateway.grpc.codec import encode_grpc_response, parse_grpc_request
 from gateway.grpc.extensions import RepositoryService, SettingsService, SharedMemoryService
 from gateway.grpc.restrictions import RestrictedProtocols
 from gateway.grpc.stream import model_stream_infer
+from gateway.runtime import tls
 from gateway.runtime.state import GatewayState
 from gateway.server_identity import server_metadata
 from gateway.settings import GRPC_COMPRESSION_LEVELS, GatewaySettings
@@ -220,7 +221,12 @@ async def start(state: GatewayState, host: str, port: int) -> grpc.aio.Server:
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(state), server)
     health.add_to_server(state, server)  # grpc.health.v1.Health, the orchestrators' probe
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        credentials = tls.grpc_credentials(state.settings)
+        address = f"{host}:{port}"
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
     except RuntimeError:
         bound = 0
     if not bound:

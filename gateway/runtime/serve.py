@@ -19,6 +19,7 @@ from types import FrameType
 import uvicorn
 
 from gateway.rest.app import app_from_env
+from gateway.runtime import tls
 from gateway.runtime.status import GatewayProcess, ProcessStatus
 from gateway.settings import GatewaySettings, graceful_shutdown_s
 from shared.runtime import ticks
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> None:
         # SIGTERM: stop accepting, answer every request in flight (up to its deadline), then
         # stop the reply reader and leave the registry.
         timeout_graceful_shutdown=graceful_shutdown_s(settings),  # type: ignore[arg-type]  # uvicorn annotates int, waits with it as a float timeout
+        # HTTPS (and mutual TLS): uvicorn wraps the inherited socket with this context.
+        **tls.uvicorn_options(settings),
     )
     sock = socket.socket(fileno=args.fd)
     QuietServer(config, process.stopping).run(sockets=[sock])
