@@ -123,14 +123,7 @@ class Repositories:
             for entry in _model_dirs(root):
                 digest = digests.setdefault(entry.name, hashlib.sha256())
                 digest.update(str(entry).encode())
-                for path in sorted(entry.rglob("*")):
-                    try:
-                        stat = path.stat()
-                    except OSError:  # removed while walking: the next poll sees it
-                        continue
-                    if path.is_file():
-                        relative = path.relative_to(entry).as_posix()
-                        digest.update(f"{relative}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+                digest_files(entry, digest)
         return {name: digest.hexdigest() for name, digest in digests.items()}
 
     def _location_of(self, model_dir: Path) -> str:
@@ -138,6 +131,19 @@ class Repositories:
             if model_dir.parent == root.path:
                 return root.location
         return str(model_dir.parent)
+
+
+def digest_files(directory: Path, digest: hashlib._Hash) -> None:
+    """Feed ``digest`` the relative name, size and modification time of each file below
+    ``directory``: what a poll compares (Triton's poll also goes by modification times)."""
+    for path in sorted(directory.rglob("*")):
+        try:
+            stat = path.stat()
+        except OSError:  # removed while walking: the next poll sees it
+            continue
+        if path.is_file():
+            relative = path.relative_to(directory).as_posix()
+            digest.update(f"{relative}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
 
 
 def _model_dirs(root: Path) -> list[Path]:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from shared.fleet import change_feed, control, expected_models
 from shared.runtime import clock
+from shared.storage.repositories import digest_files
 from shared.storage.repository import ScanResult
 from shared.wire import keys
 from workers.loading import control_actions
@@ -75,14 +76,7 @@ def version_prints(model_dir: Path) -> dict[int, str]:
         if not (child.is_dir() and child.name.isascii() and child.name.isdigit()):
             continue
         digest = hashlib.sha256()
-        for path in sorted(child.rglob("*")):
-            try:
-                stat = path.stat()
-            except OSError:  # removed while walking: the next poll sees it
-                continue
-            if path.is_file():
-                name = path.relative_to(child).as_posix()
-                digest.update(f"{name}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+        digest_files(child, digest)
         prints[int(child.name)] = digest.hexdigest()
     return prints
 
