@@ -46,8 +46,8 @@ def _typed(raw: dict[str, Any]) -> RateLimiter:
 
 
 def check_rate_limiters(config: ModelConfig, source: str) -> None:
-    """Names present and unique within a group, counts of 0 or more, and one resource never
-    global in one group and per-device in another (Triton refuses both)."""
+    """Names present and unique within a group (counts are unsigned in Triton's schema), and one
+    resource never global in one group and per-device in another (Triton refuses both)."""
     scope: dict[str, bool] = {}
     field = "instance_group.rate_limiter.resources"
     for group in config.instance_groups:
@@ -58,10 +58,6 @@ def check_rate_limiters(config: ModelConfig, source: str) -> None:
                 raise invalid(f"{where} has a resource without a name; expected a name")
             if resource.name in seen:
                 raise invalid(f"{where} names '{resource.name}' twice; expected each once")
-            if resource.count < 0:
-                raise invalid(
-                    f"{where}: '{resource.name}' has count {resource.count}; expected 0 or more"
-                )
             if scope.setdefault(resource.name, resource.global_) != resource.global_:
                 raise invalid(
                     f"{where}: '{resource.name}' is global in one group and per-device in "

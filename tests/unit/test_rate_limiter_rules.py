@@ -51,7 +51,6 @@ def test_the_rate_limiter_of_a_group_is_typed() -> None:
     [
         ('{ name: "" count: 1 }', "without a name"),
         ('{ name: "R" count: 1 }, { name: "R" count: 2 }', "names 'R' twice"),
-        ('{ name: "R" count: -1 }', "count -1"),
     ],
 )
 def test_a_broken_rate_limiter_is_refused_naming_the_field(resources: str, expected: str) -> None:
