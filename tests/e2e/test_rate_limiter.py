@@ -103,8 +103,8 @@ def rl_mesh(redis_server: PrivateRedis, tmp_path_factory: pytest.TempPathFactory
         mesh.stop()
 
 
-def _infer(url: str, model: str, seconds: float) -> tuple[float, float]:
-    client = httpclient.InferenceServerClient(url, network_timeout=120)
+def _infer(url: str, model: str, seconds: float, timeout_s: float = 120) -> tuple[float, float]:
+    client = httpclient.InferenceServerClient(url, network_timeout=timeout_s)
     tensor = httpclient.InferInput("SECONDS", [1], "FP32")
     tensor.set_data_from_numpy(np.array([seconds], np.float32))
     enter, leave = client.infer(model, [tensor]).as_numpy("SPAN").tolist()
@@ -145,7 +145,7 @@ def test_a_stalled_worker_gives_its_copy_back_within_its_lease(rl_mesh: Mesh) ->
         rl_mesh.signal("w1", signal.SIGSTOP)
         try:
             started = time.monotonic()
-            _infer(rl_mesh.url, "rl_b", 0.05)
+            _infer(rl_mesh.url, "rl_b", 0.05, timeout_s=LEASE_MS / 1000 + 10)
             waited = time.monotonic() - started
         finally:
             rl_mesh.signal("w1", signal.SIGCONT)
