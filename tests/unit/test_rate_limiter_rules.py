@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from conch import service_env
+from conch.arguments import parser
+from conch.up_args import resolve
 from shared.model_config import parse_pbtxt
 from shared.model_config.rate_limiter import rate_limiter
 from shared.wire import keys
@@ -161,3 +164,15 @@ def test_the_rate_limit_settings_are_checked() -> None:
         WorkerSettings(rate_limit="sometimes")
     with pytest.raises(ValueError, match="expected <name>:<count>"):
         WorkerSettings(rate_limit_resources=["R"])
+
+
+def test_conch_up_hands_tritons_rate_limit_flags_to_every_worker() -> None:
+    argv = ["up", "--model-repository=/models", "--rate-limit=EXECUTION_COUNT"]
+    argv += ["--rate-limit-resource=R1:10", "--rate-limit-resource", "R2:5:0"]
+    args = parser().parse_args(argv)
+    resolve(args)
+    env = service_env.worker_env(args)
+    assert env["CONCH_WORKER_RATE_LIMIT"] == "execution_count"
+    assert env["CONCH_WORKER_RATE_LIMIT_RESOURCES"] == "R1:10,R2:5:0"
+    default = service_env.worker_env(parser().parse_args(["up", "--model-repository=/m"]))
+    assert default["CONCH_WORKER_RATE_LIMIT"] == "off"
