@@ -34,6 +34,7 @@ from workers.batches.batch import BatchProcessor
 from workers.batches.batch_outcome import Outcome
 from workers.batches.lane import Lane
 from workers.loading.loader import LoadedVersion
+from workers.ratelimit.gate import RateGate
 from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class BatchLoop:
         worker_id: str,
         stopping: asyncio.Event,
         batches: BatchProcessor,
+        gate: RateGate | None = None,
     ):
         self._redis = redis
         self._settings = settings
@@ -57,6 +59,7 @@ class BatchLoop:
         self._stopping = stopping
         self._process = batches.process
         self._send = batches.send
+        self._gate = gate  # the rate limiter (``workers.ratelimit``): held around each batch
 
     async def serve(self, loaded: LoadedVersion, instance: ModelInstance, lane: Lane) -> None:
         stream = keys.batch_stream(loaded.name, loaded.version)
@@ -204,8 +207,10 @@ class BatchLoop:
         pending in Redis; it is tried again here, counted as a delivery, so one that keeps
         failing is answered with errors and dead-lettered after max_deliveries. ``defer``: an
         ordinary batch's replies and ack are returned, to be sent with the next read."""
+        held = self._gate.held(loaded, instance) if self._gate else contextlib.nullcontext()
         try:
-            done = await self._process(loaded, instance, entry, defer)
+            async with held:
+                done = await self._process(loaded, instance, entry, defer)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
