@@ -51,6 +51,7 @@ def test_a_45_s_stream_arrives_whole_through_grpc_and_sse(default_mesh: tuple[Me
             [SPACING_MS] * COUNT,
             COUNT + 1,
             timeout_s=SPACING_MS / 1000 + 5,
+            wait_ms=WAIT_MS,
             enable_empty_final_response=True,
         )
 

@@ -126,14 +126,19 @@ class Timed:
 
 
 def grpc_stream(
-    url: str, delays_ms: list[int], count: int, timeout_s: float, **options: Any
+    url: str,
+    delays_ms: list[int],
+    count: int,
+    timeout_s: float,
+    wait_ms: int = 0,
+    **options: Any,
 ) -> tuple[float, list[tuple[float, Any]], Timed]:
     """Send one repeat_int32 request on a stream; its start and its first ``count`` items."""
     timed = Timed()
     with grpcclient.InferenceServerClient(url) as client:
         client.start_stream(callback=timed)
         started = time.monotonic()
-        client.async_stream_infer("repeat_int32", repeat_inputs(delays_ms), **options)
+        client.async_stream_infer("repeat_int32", repeat_inputs(delays_ms, wait_ms), **options)
         items = timed.take(count, timeout_s)
         client.stop_stream()
     return started, items, timed
