@@ -66,6 +66,8 @@ class ModelRequest:
 class ModelResult:
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     error: ConchError | None = None
+    # The response's parameters (str, int or bool values), as Triton returns them.
+    parameters: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
