@@ -29,6 +29,7 @@ from tritonclient.utils import InferenceServerException
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from tests.mesh import Mesh, flush_database
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -288,10 +289,10 @@ def test_a_python_model_loads_and_unloads_models(pb_mesh: tuple[Mesh, str]) -> N
 
     assert control("ready") == 0
     assert control("load") == 1  # pb_utils.is_model_ready right after load_model
-    assert http.is_model_ready("pb_target")
+    assert until_sync(lambda: http.is_model_ready("pb_target"), 10)  # the gateway hears it
     assert http.infer("pb_target", _http_in([5])).as_numpy("OUT").tolist() == [10]
     assert control("unload") == 0
-    assert not http.is_model_ready("pb_target")
+    assert until_sync(lambda: not http.is_model_ready("pb_target"), 10)
     with pytest.raises(InferenceServerException, match="cannot unload itself"):
         http.infer(
             "pb_control", _http_in([0]), parameters={"action": "unload", "target": "pb_control"}

@@ -73,7 +73,7 @@ def test_a_packed_environment_is_extracted_once_and_its_site_packages_found(
     assert not Path(site).parents[2].joinpath("bin", "python").exists()  # a link outside: left
     again = execution_env.site_packages(config, model, tmp_path / "cache")
     assert again == site
-    assert execution_env.site_packages(parse_pbtxt('name: "m"'), model) == ""
+    assert execution_env.site_packages(parse_pbtxt('name: "m" backend: "python"'), model) == ""
 
 
 def test_an_environment_of_another_python_or_none_is_refused(tmp_path: Path) -> None:

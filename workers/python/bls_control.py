@@ -18,7 +18,7 @@ from typing import Any, cast
 import msgspec
 import redis.asyncio as aioredis
 
-from shared.fleet import change_feed, control, heartbeats
+from shared.fleet import control, heartbeats
 from shared.storage import model_files
 from shared.wire import keys
 from shared.wire.errors import ConchError, ErrorCode, invalid, unavailable
@@ -101,7 +101,6 @@ async def unload(r: aioredis.Redis, model: str, caller: str) -> None:
             "for the execute that asks)"
         )
     await _send(r, control.new_message(control.UNLOAD, model))
-    await change_feed.announce(r, change_feed.MODELS)
 
 
 async def _send(r: aioredis.Redis, message: control.ControlMessage) -> list[control.ControlAck]:
