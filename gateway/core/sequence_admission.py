@@ -25,10 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.core.validation import ValidRequest
-from shared.fleet.sequence_admission import (  # noqa: F401 - the gateway's names for them
-    BELL_PAYLOAD_MAX,
-    SequenceAdmission,
-)
+from shared.fleet.sequence_admission import BELL_PAYLOAD_MAX as BELL_PAYLOAD_MAX
+from shared.fleet.sequence_admission import SequenceAdmission as SequenceAdmission
 from shared.model_config import ModelConfig
 from shared.model_config.sequences import SequenceSpec, sequence_spec
 from shared.wire import sequence_params

@@ -2,8 +2,8 @@
 explicit model control mode (one scheduler, a Python worker, one gateway):
 
 - ``InferenceResponse(parameters=...)`` reach the client: HTTP's response ``parameters``, gRPC's
-  ``ModelInferResponse.parameters`` with their types (bool, int64, string); other value types
-  fail the request with Triton's words.
+  ``ModelInferResponse.parameters`` with their types (bool, int64, string), a decoupled model's
+  on each streamed response; other value types fail the request with Triton's words.
 - ``EXECUTION_ENV_PATH``: a model imports a package only its packed environment (a venv archive
   the test builds) holds; an environment of another Python version is refused at load, naming
   both versions.
@@ -14,6 +14,7 @@ explicit model control mode (one scheduler, a Python worker, one gateway):
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
 import tarfile
@@ -64,6 +65,22 @@ class TritonPythonModel:
                 pb_utils.InferenceResponse([pb_utils.Tensor("OUT", value)], parameters=parameters)
             )
         return responses
+"""
+
+STREAM_PARAMS_MODEL = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            value = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            for index in range(2):
+                out = pb_utils.Tensor("OUT", value + index)
+                sender.send(pb_utils.InferenceResponse([out], parameters={"index": index}))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
 """
 
 ENV_MODEL = """\
@@ -196,6 +213,8 @@ def pb_mesh(
         capture_output=True,
     )
     _model(repo, "pb_params", PARAMS_MODEL)
+    decoupled = "model_transaction_policy { decoupled: true }"
+    _model(repo, "pb_stream_params", STREAM_PARAMS_MODEL, extra=decoupled)
     env_model = _model(repo, "pb_env", ENV_MODEL, "TYPE_STRING", ENV_PARAMETER)
     _packed_env(work, env_model / "env.tar.gz", PY)
     old_model = _model(repo, "pb_env_old", ENV_MODEL, "TYPE_STRING", ENV_PARAMETER)
@@ -206,7 +225,8 @@ def pb_mesh(
     flush_database(redis_server.url)
     grpc_port = free_port()
     mesh = Mesh(redis_server.url, repo, log_dir=tmp_path_factory.mktemp("pb_logs"))
-    started = ["pb_params", "pb_env", "bls_seq", "sequence_accumulator_py", "pb_control"]
+    started = ["pb_params", "pb_stream_params", "pb_env", "bls_seq", "pb_control"]
+    started.append("sequence_accumulator_py")
     try:
         mesh.start_scheduler()
         mesh.start_worker("worker-py", backend="python", CONCH_WORKER_LOAD_MODELS=",".join(started))
@@ -244,6 +264,28 @@ def test_response_parameters_reach_http_and_grpc_clients(pb_mesh: tuple[Mesh, st
 
     with pytest.raises(InferenceServerException, match="bool/int/str, found type float"):
         http.infer("pb_params", _http_in([1]), parameters={"bad": True})
+
+
+def test_a_decoupled_models_response_parameters_reach_a_grpc_stream(
+    pb_mesh: tuple[Mesh, str],
+) -> None:
+    _, grpc_url = pb_mesh
+    received: queue.Queue[object] = queue.Queue()
+    grpc = grpcclient.InferenceServerClient(grpc_url)
+    grpc.start_stream(callback=lambda result, error: received.put(error or result))
+    try:
+        tensor = grpcclient.InferInput("IN", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([5], np.int32))
+        grpc.async_stream_infer("pb_stream_params", [tensor])
+        seen = []
+        for _ in range(2):
+            result = received.get(timeout=20)
+            assert isinstance(result, grpcclient.InferResult), result
+            index = result.get_response().parameters["index"].int64_param
+            seen.append((index, result.as_numpy("OUT").tolist()))
+        assert seen == [(0, [5]), (1, [6])]
+    finally:
+        grpc.stop_stream()
 
 
 def test_a_model_runs_with_its_packed_environment(pb_mesh: tuple[Mesh, str]) -> None:

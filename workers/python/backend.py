@@ -165,13 +165,13 @@ class PythonModelInstance(ModelInstance):
 
     def _on_frame(self, message: tuple[Any, ...]) -> None:
         """A decoupled model's response, on the process's reader thread."""
-        _, request_id, outputs, error, final = message
+        _, request_id, outputs, error, final, *more = message
         sink = self._sinks.pop(request_id, None) if final else self._sinks.get(request_id)
         if sink is None:
             return
         problem = ConchError(ErrorCode(error[0]), error[1]) if error else None
         arrays = {n: self._coerce(n, a) for n, a in outputs.items()} if outputs else None
-        sink.send(request_id, arrays, problem, final)
+        sink.send(request_id, arrays, problem, final, more[0] if more else None)
 
     def _on_exit(self, how: str) -> None:
         """The process died: every stream still open ends with the cause."""
