@@ -66,6 +66,8 @@ class ModelRequest:
 class ModelResult:
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     error: ConchError | None = None
+    # The response's parameters (str, int or bool values), as Triton returns them.
+    parameters: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,7 +83,8 @@ class Execution:
 class FrameSink(abc.ABC):
     """Where a decoupled model's responses go, each as it is sent (callable from any thread).
 
-    Every request gets exactly one ``final`` call (with outputs, with nothing, or with an
+    ``parameters``: the response's parameters (a Python model's), if any. Every request gets
+    exactly one ``final`` call (with outputs, with nothing, or with an
     error, which also ends it); calls for a request after its final are ignored."""
 
     @abc.abstractmethod
@@ -91,6 +94,7 @@ class FrameSink(abc.ABC):
         outputs: dict[str, np.ndarray] | None,
         error: ConchError | None,
         final: bool,
+        parameters: dict[str, Any] | None = None,
     ) -> None: ...
 
 

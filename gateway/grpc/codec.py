@@ -129,11 +129,20 @@ def encode_grpc_response(
     request_id: str,
     outputs: list[Tensor],
     in_shared_memory: frozenset[str] = frozenset(),
+    parameters: dict[str, Any] | None = None,
 ) -> service_pb2.ModelInferResponse:
-    """Outputs written to shared memory get an empty raw content, as Triton sends them."""
+    """Outputs written to shared memory get an empty raw content, as Triton sends them. The
+    response's parameters (a Python model's) keep their type: bool, int64 or string."""
     response = service_pb2.ModelInferResponse(
         model_name=model, model_version=str(version), id=request_id
     )
+    for key, value in (parameters or {}).items():
+        if isinstance(value, bool):
+            response.parameters[key].bool_param = value
+        elif isinstance(value, int):
+            response.parameters[key].int64_param = value
+        else:
+            response.parameters[key].string_param = str(value)
     for tensor in outputs:
         output = response.outputs.add()
         output.name = tensor.name

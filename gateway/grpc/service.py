@@ -139,6 +139,7 @@ class InferenceService(
             request.id,
             finished.outputs,
             finished.in_shared_memory,
+            outcome.reply.parameters,
         )
 
     async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> Any:

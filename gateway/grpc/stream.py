@@ -132,7 +132,12 @@ async def _one(
                     plan, dataplane.table.configs.get(model), reply.outputs
                 )
                 response = encode_grpc_response(
-                    model, outcome.version, request.id, finished.outputs, finished.in_shared_memory
+                    model,
+                    outcome.version,
+                    request.id,
+                    finished.outputs,
+                    finished.in_shared_memory,
+                    reply.parameters,
                 )
                 response.parameters[FINAL].bool_param = reply.final
                 out.put_nowait(service_pb2.ModelStreamInferResponse(infer_response=response))

@@ -93,6 +93,7 @@ async def infer(
         parsed.id,
         finished.outputs,
         binary,
+        parameters=outcome.reply.parameters,
         in_shared_memory=finished.in_shared_memory,
     )
     if header_length is None:

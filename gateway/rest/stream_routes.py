@@ -129,7 +129,7 @@ async def infer_events(
         if outcome.reply.final and not outcome.reply.outputs:
             return None
         content, _ = encode_infer_response(
-            model, outcome.version, parsed_id, outcome.reply.outputs, {}
+            model, outcome.version, parsed_id, outcome.reply.outputs, {}, outcome.reply.parameters
         )
         return content
 

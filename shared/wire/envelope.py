@@ -86,6 +86,9 @@ class Reply(msgspec.Struct, array_like=True, frozen=True):
     # model's flags-only final is a frame with no outputs. A frame with ``error_code`` is final.
     seq: int = 0
     final: bool = True
+    # The response's parameters (a Python model's ``InferenceResponse(parameters=...)``):
+    # str, int or bool values, as Triton's response parameters.
+    parameters: dict[str, Any] = {}
 
 
 class Batch(msgspec.Struct, array_like=True, frozen=True):

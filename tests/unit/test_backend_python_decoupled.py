@@ -58,7 +58,7 @@ class Frames(FrameSink):
         for request_id in ids:
             self.ended[request_id] = threading.Event()
 
-    def send(self, request_id, outputs, error, final) -> None:
+    def send(self, request_id, outputs, error, final, parameters=None) -> None:
         value = outputs["OUT"].tolist() if outputs else None
         with self.lock:
             self.frames.setdefault(request_id, []).append(

@@ -238,6 +238,7 @@ class BatchProcessor:
                         outputs=outputs,
                         timing=timing,
                         worker=self._id,
+                        parameters=result.parameters,
                     )
             replies.append((request.reply_to, reply))
         stats.update(

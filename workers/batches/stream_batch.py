@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -157,6 +158,7 @@ class StreamBatch:
         outputs: dict[str, np.ndarray] | None,
         error: ConchError | None,
         final: bool,
+        parameters: dict[str, Any] | None = None,
     ) -> None:
         """One response of one request (on the loop); frames after its final are dropped."""
         open_ = self._open.get(request_id)
@@ -186,6 +188,7 @@ class StreamBatch:
                 version=request.version,
                 outputs=produced if outputs else [],
                 worker=self._id,
+                parameters=parameters or {},
             )
         self._outgoing.append(
             (

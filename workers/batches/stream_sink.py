@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -23,7 +24,9 @@ from workers.loading.loader import LoadedVersion
 
 log = logging.getLogger(__name__)
 
-Frame = Callable[[str, dict[str, np.ndarray] | None, ConchError | None, bool], None]
+Frame = Callable[
+    [str, dict[str, np.ndarray] | None, ConchError | None, bool, dict[str, Any] | None], None
+]
 
 
 class LoopSink(FrameSink):
@@ -39,8 +42,9 @@ class LoopSink(FrameSink):
         outputs: dict[str, np.ndarray] | None,
         error: ConchError | None,
         final: bool,
+        parameters: dict[str, Any] | None = None,
     ) -> None:
-        self._loop.call_soon_threadsafe(self._frame, request_id, outputs, error, final)
+        self._loop.call_soon_threadsafe(self._frame, request_id, outputs, error, final, parameters)
 
 
 def numbered(reply: Reply, seq: int, final: bool, worker: str) -> Reply:
@@ -56,6 +60,7 @@ def numbered(reply: Reply, seq: int, final: bool, worker: str) -> Reply:
         worker=worker,
         seq=seq,
         final=final,
+        parameters=reply.parameters,
     )
 
 

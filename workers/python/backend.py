@@ -32,7 +32,7 @@ from workers.backend import (
     ModelRequest,
     ModelResult,
 )
-from workers.python import custom_metrics, ipc, stub
+from workers.python import custom_metrics, execution_env, ipc, stub
 from workers.python.model_process import CONTEXT, ModelProcess, ModelProcessDied, exit_text
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,12 @@ class PythonBackend(Backend):
         conn, child_conn = CONTEXT.Pipe(duplex=True)
         process = CONTEXT.Process(
             target=stub.auto_complete,
-            args=(child_conn, str(model_file), config.to_json()),
+            args=(
+                child_conn,
+                str(model_file),
+                config.to_json(),
+                execution_env.site_packages(config, model_file.parent.parent),
+            ),
             name=f"pb-autocomplete-{config.name}",
             daemon=True,
         )
@@ -134,6 +139,8 @@ class PythonModelInstance(ModelInstance):
         self._lock = threading.Lock()
         self._init: dict[str, Any] = {
             "model_file": str(spec.model_file),
+            # EXECUTION_ENV_PATH: the packed environment's packages, first on the import path.
+            "env_site": execution_env.site_packages(spec.config, spec.model_path),
             "args": initialize_args(spec),
             "log_level": logging.getLogger().getEffectiveLevel(),
             "log_format": os.environ.get("CONCH_LOG_FORMAT", "json"),
@@ -158,13 +165,13 @@ class PythonModelInstance(ModelInstance):
 
     def _on_frame(self, message: tuple[Any, ...]) -> None:
         """A decoupled model's response, on the process's reader thread."""
-        _, request_id, outputs, error, final = message
+        _, request_id, outputs, error, final, *more = message
         sink = self._sinks.pop(request_id, None) if final else self._sinks.get(request_id)
         if sink is None:
             return
         problem = ConchError(ErrorCode(error[0]), error[1]) if error else None
         arrays = {n: self._coerce(n, a) for n, a in outputs.items()} if outputs else None
-        sink.send(request_id, arrays, problem, final)
+        sink.send(request_id, arrays, problem, final, more[0] if more else None)
 
     def _on_exit(self, how: str) -> None:
         """The process died: every stream still open ends with the cause."""
@@ -256,7 +263,8 @@ class PythonModelInstance(ModelInstance):
     def _result(self, reply: tuple[Any, ...]) -> ModelResult:
         if reply[0] == "error":
             return ModelResult(error=ConchError(ErrorCode(reply[1]), reply[2]))
-        return ModelResult(outputs={n: self._coerce(n, a) for n, a in reply[1].items()})
+        outputs = {n: self._coerce(n, a) for n, a in reply[1].items()}
+        return ModelResult(outputs=outputs, parameters=reply[2] if len(reply) > 2 else {})
 
     def _coerce(self, name: str, array: np.ndarray) -> np.ndarray:
         """Outputs carry the config's datatype (a model may compute in another width)."""

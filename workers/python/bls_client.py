@@ -26,21 +26,26 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 
-from shared.fleet import model_registry, readiness
+from shared.fleet import model_registry, readiness, submission
 from shared.fleet.replies import ReplyRouter
+from shared.fleet.sequence_admission import SequenceAdmission
 from shared.fleet.submission import Submitter
 from shared.model_config import ModelConfig
+from shared.model_config.input_check import check_inputs
+from shared.model_config.sequences import sequence_spec
 from shared.runtime import redis_conn
 from shared.runtime.ids import new_id
 from shared.runtime.settings import Settings
-from shared.wire import keys, tensors
+from shared.wire import keys, sequence_params, tensors
 from shared.wire.envelope import Reply
 from shared.wire.errors import ConchError, ErrorCode
+from shared.wire.queue_ticket import queue_ticket
 from workers.python.bls_caller import Caller
 from workers.python.bls_stream import BlsStream
 
@@ -58,11 +63,13 @@ class BlsSettings(Settings, kw_only=True):
     # A BLS call is refused at once only when no worker of the called model has been ready
     # within this bound (as the gateway's admission does).
     gone_bound_ms: int = 30_000
+    # The worker's model control mode: pb_utils.load_model/unload_model work only in explicit.
+    model_control_mode: str = "none"
 
 
 class BlsClient:
     def __init__(self, settings: BlsSettings):
-        self._settings = settings
+        self.settings = settings
         self._loop = asyncio.new_event_loop()
         thread = threading.Thread(target=self._loop.run_forever, name="bls", daemon=True)
         thread.start()
@@ -71,11 +78,12 @@ class BlsClient:
         asyncio.run_coroutine_threadsafe(self._setup(), self._loop).result(timeout=30)
 
     async def _setup(self) -> None:
-        url = self._settings.redis_url
-        self._redis = redis_conn.connect(url, max_connections=16, name="conch-bls")
+        url = self.settings.redis_url
+        self.redis = redis_conn.connect(url, max_connections=16, name="conch-bls")
         self._submitter = Submitter(
-            self._redis, self._settings.gone_bound_ms, self._settings.direct_path
+            self.redis, self.settings.gone_bound_ms, self.settings.direct_path
         )
+        self._sequences = SequenceAdmission(self.redis, self.settings.gone_bound_ms)
         owner = f"bls-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._replies = ReplyRouter(url, owner)
         self._reader = asyncio.create_task(self._replies.run())
@@ -86,7 +94,7 @@ class BlsClient:
         async def stop() -> None:
             self._reader.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
-            await self._redis.aclose()
+            await self.redis.aclose()
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -115,12 +123,16 @@ class BlsClient:
         caller: Caller,
     ) -> BlsStream:
         """A decoupled call: its responses, as the called model sends them."""
-        stream = BlsStream(self._loop, self._redis, self._replies, model, new_id())
+        stream = BlsStream(self._loop, self.redis, self._replies, model, new_id())
         call = self._call(
             model, version, inputs, outputs, parameters, timeout_us, caller, stream=stream
         )
         stream.opened = asyncio.run_coroutine_threadsafe(call, self._loop)
         return stream
+
+    def run(self, call: Coroutine[Any, Any, Any]) -> Any:
+        """Run a coroutine of this client's (``bls_control``) on its loop and wait for it."""
+        return asyncio.run_coroutine_threadsafe(call, self._loop).result()
 
     def is_model_ready(self, model: str, version: int) -> bool:
         return asyncio.run_coroutine_threadsafe(self._ready(model, version), self._loop).result(
@@ -128,7 +140,7 @@ class BlsClient:
         )
 
     async def _ready(self, model: str, version: int) -> bool:
-        live = (await readiness.ready_versions(self._redis, [model])).get(model, {})
+        live = (await readiness.ready_versions(self.redis, [model])).get(model, {})
         ready = [v for v, count in live.items() if count > 0]
         return bool(ready) if version < 0 else version in ready
 
@@ -152,6 +164,13 @@ class BlsClient:
         request_id = stream.request_id if stream is not None else new_id()
         try:
             config, number = await self._resolve(model, version)
+            spec = sequence_spec(config)
+            if spec is not None and not sequence_params.lenient(parameters).in_sequence:
+                raise ConchError(
+                    ErrorCode.INVALID_ARG,
+                    f"inference request to model '{model}' must specify a non-zero or non-empty "
+                    "correlation ID (pb_utils.InferenceRequest(..., correlation_id=...))",
+                )
             if config.decoupled and stream is None:
                 raise ConchError(
                     ErrorCode.INVALID_ARG,
@@ -168,7 +187,8 @@ class BlsClient:
             if stream is not None:
                 stream.begin(deadline)
             async with asyncio.timeout(max(deadline - now, 1) / 1000 + 0.05):
-                await self._submitter.submit(
+                submit = self._submitter.submit if spec is None else self._sequence_step
+                await submit(
                     config,
                     number,
                     request_id=request_id,
@@ -192,6 +212,37 @@ class BlsClient:
         finally:
             self._replies.forget(request_id)
 
+    async def _sequence_step(self, config: ModelConfig, version: int, **request: Any) -> None:
+        """A step of a sequence model: the sequence admission the gateway uses (its holder keeps
+        the sequence's order and state), with the call's correlation id and START/END flags."""
+        inputs = request.pop("inputs")
+        ordered, batch_size, shape_sig = check_inputs(config, inputs)
+        if batch_size > 1:
+            raise ConchError(
+                ErrorCode.INVALID_ARG,
+                f"inference request to model '{config.name}' must specify batch-size 1 due to "
+                "requirements of sequence batcher",
+            )
+        params = sequence_params.parse(request["parameters"])
+        ticket = queue_ticket(config, {**request["parameters"], "priority": request["priority"]})
+        _, payload = submission.build(
+            model=config.name,
+            version=version,
+            inputs=ordered,
+            ticket=ticket,
+            batch_size=batch_size,
+            shape_sig=shape_sig,
+            **request,
+        )
+        spec = sequence_spec(config)
+        assert spec is not None, "only sequence models come here"
+        if await self._sequences.admit(config, spec, params, payload) < 0:
+            raise ConchError(
+                ErrorCode.UNAVAILABLE,
+                f"no live worker serves model '{config.name}' version {version}; start a worker "
+                f"for backend '{config.backend}'",
+            )
+
     async def _adopt(self, caller: Caller, model: str, request_id: str, deadline_ms: int) -> bool:
         """Record the call as a child of its callers (one round trip); False when every caller
         was cancelled already (then the call is not made)."""
@@ -199,7 +250,7 @@ class BlsClient:
             return True
         child = f"{model}\x00{request_id}"
         ttl_ms = max(1, deadline_ms - int(time.time() * 1000)) + CHILD_GRACE_MS
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             for parent in caller.parents:
                 pipe.sadd(keys.cancel_children(caller.model, parent), child)
                 pipe.pexpire(keys.cancel_children(caller.model, parent), ttl_ms)
@@ -209,15 +260,15 @@ class BlsClient:
         return not all(answers[2 * len(caller.parents) :])
 
     async def _resolve(self, model: str, version: int) -> tuple[ModelConfig, int]:
-        rev = int(await self._redis.get(keys.models_rev()) or 0)
+        rev = int(await self.redis.get(keys.models_rev()) or 0)
         if rev != self._rev or model not in self._configs:
-            self._rev, self._configs = await model_registry.read_models(self._redis)
+            self._rev, self._configs = await model_registry.read_models(self.redis)
         config = self._configs.get(model)
         if config is None:
             raise ConchError(
                 ErrorCode.NOT_FOUND, f"Request for unknown model: '{model}' is not found"
             )
-        live = (await readiness.ready_versions(self._redis, [model])).get(model, {})
+        live = (await readiness.ready_versions(self.redis, [model])).get(model, {})
         ready = sorted(v for v, count in live.items() if count > 0)
         if version >= 0 and version in ready:
             return config, version

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import signal
+import site
 import sys
 import threading
 import time
@@ -112,13 +113,15 @@ def _setup_logging(init: dict[str, Any]) -> None:
         handler.addFilter(tag)
 
 
-def auto_complete(conn: Connection, model_file: str, config: dict[str, Any]) -> None:
+def auto_complete(
+    conn: Connection, model_file: str, config: dict[str, Any], env_site: str = ""
+) -> None:
     """Entry point of a short-lived process: the model class's ``auto_complete_config`` on the
     configuration; answers ("ok", completed JSON) or ("error", message)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_with_parent()
     try:
-        pb_utils, module = _import_model(model_file)
+        pb_utils, module = _import_model(model_file, env_site)
         method = getattr(module.TritonPythonModel, "auto_complete_config", None)
         completed = pb_utils.ModelConfig(config)
         if method is not None:
@@ -145,8 +148,12 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _import_model(model_file: str) -> tuple[ModuleType, ModuleType]:
-    """pb_utils and the model's module (which must define TritonPythonModel)."""
+def _import_model(model_file: str, env_site: str = "") -> tuple[ModuleType, ModuleType]:
+    """pb_utils and the model's module; ``env_site``: its EXECUTION_ENV_PATH, imported first."""
+    if env_site and env_site not in sys.path:
+        before = list(sys.path)
+        site.addsitedir(env_site)  # its .pth files too, as the environment's interpreter would
+        sys.path[:] = [p for p in sys.path if p not in before] + before
     if UTILS_DIR not in sys.path:
         sys.path.insert(0, UTILS_DIR)
     version_dir = str(Path(model_file).parent)
@@ -166,7 +173,7 @@ def _import_model(model_file: str) -> tuple[ModuleType, ModuleType]:
 
 
 def _load(init: dict[str, Any]) -> tuple[ModuleType, Any]:
-    pb_utils, module = _import_model(init["model_file"])
+    pb_utils, module = _import_model(init["model_file"], init.get("env_site", ""))
     model = module.TritonPythonModel()
     if hasattr(model, "initialize"):
         _await(model.initialize(dict(init["args"])))
@@ -264,7 +271,7 @@ def _reply(pb_utils: ModuleType, request: Any, response: Any) -> Reply:
                 f"the model returned no output '{name}' (it returned {sorted(produced)})",
             )
         outputs[name] = _host_array(produced[name])
-    return ("ok", outputs)
+    return ("ok", outputs, json.loads(response.parameters() or "{}"))
 
 
 _host_array = stub_decoupled.host_array

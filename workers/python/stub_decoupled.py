@@ -10,6 +10,7 @@ time (``is_cancelled()`` turns true) and queues the others (execute, finalize) f
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from multiprocessing.connection import Connection
@@ -92,7 +93,7 @@ def execute(
 
 def _emitter(pb_utils: ModuleType, link: Link, requested: list[str]) -> Any:
     def emit(request_id: str, response: Any, final: bool) -> None:
-        error = outputs = None
+        error = outputs = parameters = None
         if response is not None and response.has_error():
             problem = response.error()
             error = (pb_utils.TritonError.CODE_NAMES[problem.code()], problem.message())
@@ -100,7 +101,8 @@ def _emitter(pb_utils: ModuleType, link: Link, requested: list[str]) -> Any:
             produced = {t.name(): t.as_numpy() for t in response.output_tensors()}
             names = [n for n in requested if n in produced] or list(produced)
             outputs = {n: host_array(produced[n]) for n in names}
-        link.send(("frame", request_id, outputs, error, final or error is not None))
+            parameters = json.loads(response.parameters() or "{}") or None
+        link.send(("frame", request_id, outputs, error, final or error is not None, parameters))
         if final or error is not None:
             link.forget(request_id)
 

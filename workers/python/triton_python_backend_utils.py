@@ -17,8 +17,11 @@ Decoupled models (``model_transaction_policy { decoupled: true }``) answer throu
 :class:`InferenceResponseSender` whose ``send`` goes to the worker at once (``stub_decoupled``).
 
 BLS (``InferenceRequest.exec``/``async_exec``, decoupled or not) goes through the mesh
-(``workers.python.bls_client``). Not provided (it raises :class:`TritonModelException` saying
-so): model control (``load_model``/``unload_model``).
+(``workers.python.bls_client``); a request with a ``correlation_id`` is a step of a sequence
+(its ``flags`` START/END) and reaches a sequence model through the sequence admission the
+gateway uses. Model control (``load_model``/``unload_model``) is the fleet's, as the repository
+API's (``workers.python.bls_control``), in explicit mode only. An ``InferenceResponse``'s
+``parameters`` (str, int or bool values) reach the client as the response's parameters.
 """
 
 from __future__ import annotations
@@ -272,12 +275,19 @@ class InferenceRequest:
 
         client = bls_client.client()
         call = client.open_stream if stream else client.submit
+        parameters = json.loads(self._parameters or "{}")
+        if self._correlation_id not in (0, ""):  # a step of a sequence, as Triton sends it
+            parameters["sequence_id"] = self._correlation_id
+            parameters["sequence_start"] = bool(
+                self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+            )
+            parameters["sequence_end"] = bool(self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_END)
         return call(
             self._model_name,
             self._model_version,
             [(t.name(), t.as_numpy()) for t in self._inputs],
             self._requested,
-            json.loads(self._parameters or "{}"),
+            parameters,
             self._timeout,
             self._caller if self._caller is not None else bls_caller.current,
         )
@@ -344,7 +354,7 @@ class InferenceResponse:
     ):
         self._outputs = list(output_tensors)
         self._error = error
-        self._parameters = _json(parameters)
+        self._parameters = _json(_checked_parameters(parameters))
 
     def output_tensors(self) -> list[Tensor]:
         return self._outputs
@@ -368,7 +378,9 @@ def _bls_response(reply: Any) -> InferenceResponse:
             names.index(reply.error_code) if reply.error_code in names else TritonError.UNAVAILABLE
         )
         return InferenceResponse(error=TritonError(reply.error, code))
-    return InferenceResponse([Tensor(t.name, tensors.to_numpy(t)) for t in reply.outputs])
+    return InferenceResponse(
+        [Tensor(t.name, tensors.to_numpy(t)) for t in reply.outputs], parameters=reply.parameters
+    )
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
@@ -378,6 +390,51 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
 
     version = int(model_version) if str(model_version).strip() else -1
     return bls_client.client().is_model_ready(model_name, version)
+
+
+def load_model(
+    model_name: str, config: str | None = None, files: dict[str, bytes] | None = None
+) -> None:
+    """Triton's ``pb_utils.load_model``: load (or reload) a model across the fleet, with an
+    optional config override (JSON) and model files (``"file:<version>/<name>"`` -> bytes);
+    returns once every live worker acted. Only in explicit model control mode."""
+    from workers.python import bls_client, bls_control
+
+    _control(lambda: bls_control.check_mode(_mode(), "load", model_name))
+    client = bls_client.client()
+
+    def run() -> None:
+        override, written = bls_control.load_request(model_name, config, files)
+        client.run(bls_control.load(client.redis, model_name, override, written))
+
+    _control(run)
+
+
+def unload_model(model_name: str) -> None:
+    """Triton's ``pb_utils.unload_model``: unload every version of a model across the fleet.
+    Only in explicit model control mode."""
+    from workers.python import bls_caller, bls_client, bls_control
+
+    _control(lambda: bls_control.check_mode(_mode(), "unload", model_name))
+    client = bls_client.client()
+    caller = bls_caller.current.model
+    _control(lambda: client.run(bls_control.unload(client.redis, model_name, caller)))
+
+
+def _mode() -> str:
+    from workers.python import bls_client
+
+    return bls_client.BlsSettings.from_env().model_control_mode.strip().lower()
+
+
+def _control(run: Any) -> None:
+    """Model control errors raise TritonModelException, as in Triton."""
+    from shared.wire.errors import ConchError
+
+    try:
+        run()
+    except ConchError as exc:
+        raise TritonModelException(exc.message) from None
 
 
 class InferenceResponseSender:
@@ -454,6 +511,29 @@ class Logger:
     @classmethod
     def log_verbose(cls, message: str) -> None:
         cls._log.debug(message)
+
+
+def _checked_parameters(parameters: dict[str, Any] | str | None) -> dict[str, Any] | str | None:
+    """Triton's rule for a response's parameters: str keys; bool, int or str values (they
+    reach the client as the response's ``parameters``)."""
+    given = json.loads(parameters) if isinstance(parameters, str) and parameters else parameters
+    if given is None or given == "":
+        return None
+    if not isinstance(given, dict):
+        raise TritonModelException(
+            f"InferenceResponse parameters must be a dict (or its JSON), got {type(given).__name__}"
+        )
+    for key, value in given.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key).__name__}"
+            )
+        if not isinstance(value, bool | int | str):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type "
+                f"{type(value).__name__} (parameter '{key}')"
+            )
+    return given
 
 
 def _json(parameters: dict[str, Any] | str | None) -> str:

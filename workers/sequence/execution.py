@@ -138,6 +138,7 @@ class StepRunner:
                 outputs=outputs,
                 timing=timing,
                 worker=self.worker_id,
+                parameters=result.parameters,
             )
             self._answer(outcome, step, reply, new_state)
         size = len(runnable)
