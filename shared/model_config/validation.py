@@ -6,6 +6,7 @@ broken repository is fixed from the error alone.
 
 from __future__ import annotations
 
+from shared.model_config.ragged_rules import check_ragged
 from shared.model_config.sequence_rules import check_sequence_batching
 from shared.model_config.structs import ModelConfig
 from shared.wire.errors import invalid
@@ -60,3 +61,4 @@ def validate(config: ModelConfig, source: str) -> None:
         if group.count < 1:
             fail("instance_group.count", f"is {group.count}; expected 1 or more")
     check_sequence_batching(config, source)
+    check_ragged(config, source)

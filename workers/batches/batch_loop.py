@@ -33,6 +33,7 @@ from workers.backend import ModelInstance
 from workers.batches.batch import BatchProcessor
 from workers.batches.batch_outcome import Outcome
 from workers.batches.lane import Lane
+from workers.batches.ordering import preserves_order
 from workers.loading.loader import LoadedVersion
 from workers.settings import WorkerSettings
 
@@ -122,6 +123,7 @@ class BatchLoop:
                     await asyncio.sleep(0.2)
                     continue
                 for entry in streams.parse_read(reply):
+                    lane.order.enter_if(preserves_order(loaded.model.config), entry.entry_id)
                     await self._send_alone(unsent, lane)
                     unsent = None
                     lane.held.add(entry.entry_id)
@@ -203,14 +205,22 @@ class BatchLoop:
         """A batch whose processing failed (Redis gone mid-batch, the backend raising) stays
         pending in Redis; it is tried again here, counted as a delivery, so one that keeps
         failing is answered with errors and dead-lettered after max_deliveries. ``defer``: an
-        ordinary batch's replies and ack are returned, to be sent with the next read."""
+        ordinary batch's replies and ack are returned, to be sent with the next read (not when
+        ``preserve_ordering``: sent here, once every earlier batch's are)."""
+        ordered = lane.order.enter_if(preserves_order(loaded.model.config), entry.entry_id)
         try:
-            done = await self._process(loaded, instance, entry, defer)
+            done = await self._process(loaded, instance, entry, defer or ordered)
+            if ordered and isinstance(done, Outcome):
+                await lane.order.turn(entry.entry_id)
+                await self._send_alone(done, lane)
+                return None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             await self._retry_later(entry, lane, exc, loaded.name)
             return None
+        finally:
+            lane.order.leave(entry.entry_id)
         if isinstance(done, Outcome):
             return done
         if done is None:
