@@ -202,11 +202,10 @@ class BatchLoop:
         lane: Lane,
         defer: bool = False,
     ) -> Outcome | None:
-        """A batch whose processing failed (Redis gone mid-batch, the backend raising) stays
-        pending in Redis; it is tried again here, counted as a delivery, so one that keeps
-        failing is answered with errors and dead-lettered after max_deliveries. ``defer``: an
-        ordinary batch's replies and ack are returned, to be sent with the next read (not when
-        ``preserve_ordering``: sent here, once every earlier batch's are)."""
+        """A batch whose processing failed (Redis gone mid-batch, the backend raising) stays pending
+        in Redis; it is tried again here, counted as a delivery, so one that keeps failing is
+        answered with errors and dead-lettered after max_deliveries. ``defer``: an ordinary batch's
+        replies and ack are returned, sent with the next read (``preserve_ordering``: sent here)."""
         ordered = lane.order.enter_if(preserves_order(loaded.model.config), entry.entry_id)
         try:
             done = await self._process(loaded, instance, entry, defer or ordered)
