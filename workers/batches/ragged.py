@@ -66,7 +66,8 @@ def _parts(kind: str, arrays: list[np.ndarray | None], counts: list[int]) -> lis
         parts = []
         for array in arrays:
             shape = [] if array is None else list(array.shape)
-            rows = np.array([shape[1:]] * (shape[0] if shape else 0)).reshape(-1, len(shape[1:]))
+            batch, item = (shape[0], shape[1:]) if shape else (0, [])
+            rows = np.array(item * batch, dtype=np.int64).reshape(batch, len(item))
             parts.append(rows.reshape(-1) if kind.endswith("FLATTEN") else rows)
         return parts
     raise ValueError(f"batch_input kind {kind} is not supported")  # refused at load
