@@ -58,7 +58,7 @@ batch_input [ { kind: BATCH_ACCUMULATED_ELEMENT_COUNT target_name: "INDEX"
 output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ -1 ] },
          { name: "ACC" data_type: TYPE_FP32 dims: [ -1 ] },
          { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 5000000 }
+dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 1000000 }
 """
 
 SLEEPER_MODEL = """\
