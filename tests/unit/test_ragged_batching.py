@@ -8,6 +8,7 @@ sees the same tensors here.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from shared.wire.errors import ConchError
 from workers.backend import ModelRequest, TensorModelInstance
 from workers.batches import ragged
 from workers.batches.ordering import OrderGate
+from workers.loading.warmup import warmup_batches
 
 SOURCE = "models/r/config.pbtxt"
 BASE = """\
@@ -211,3 +213,13 @@ def test_the_order_gate_holds_later_batches_until_earlier_ones_leave() -> None:
         return done
 
     assert asyncio.run(scenario()) == ["first", "second"]
+
+
+def test_a_warmup_batch_gets_its_batch_inputs_too(tmp_path: Path) -> None:
+    config = config_with(
+        "BATCH_ACCUMULATED_ELEMENT_COUNT",
+        extra='model_warmup [ { name: "w" batch_size: 2 inputs { key: "INPUT" value: {\n'
+        + "  data_type: TYPE_FP32 dims: [ 3 ] zero_data: true } } } ]\n",
+    )
+    [batch] = warmup_batches(config, tmp_path)
+    assert [r.inputs["INDEX"].tolist() for r in batch] == [[3.0], [6.0]]

@@ -24,8 +24,7 @@ _DTYPES = {"INT32": np.int32, "INT64": np.int64, "FP32": np.float32}
 
 
 class HasInputs(Protocol):
-    @property
-    def inputs(self) -> dict[str, np.ndarray]: ...
+    inputs: dict[str, np.ndarray]
 
 
 def add_batch_inputs(config: ModelConfig, requests: Sequence[HasInputs]) -> None:
@@ -33,7 +32,7 @@ def add_batch_inputs(config: ModelConfig, requests: Sequence[HasInputs]) -> None
     if config.batch_inputs:
         added = batch_inputs(config, [r.inputs for r in requests])
         for request, extra in zip(requests, added, strict=True):
-            request.inputs.update(extra)
+            request.inputs = {**request.inputs, **extra}  # a warmup batch shares one dict
 
 
 def batch_inputs(config: ModelConfig, requests: Sequence[Inputs]) -> list[dict[str, np.ndarray]]:
