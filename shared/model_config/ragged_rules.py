@@ -28,8 +28,15 @@ def check_ragged(config: ModelConfig, source: str) -> None:
     def fail(field: str, message: str) -> None:
         raise invalid(f"{source}: model '{config.name}': field '{field}' {message}")
 
+    field = "batch_input" if config.batch_inputs else "batch_output"
     if (config.batch_inputs or config.batch_outputs) and config.max_batch_size <= 0:
-        fail("batch_input", "is set with max_batch_size 0; batch inputs need a batching model")
+        fail(field, "is set with max_batch_size 0; expected a batching model (max_batch_size > 0)")
+    if (config.batch_inputs or config.batch_outputs) and config.sequence_batching is not None:
+        fail(
+            field,
+            "is set on a sequence_batching model; Conch computes batch inputs for the dynamic "
+            "batcher only (expected dynamic_batching, or no batch_input/batch_output)",
+        )
     for entry in config.batch_inputs:
         if entry.kind not in BATCH_INPUT_KINDS:
             fail("batch_input.kind", f"is {entry.kind}; expected one of {list(BATCH_INPUT_KINDS)}")

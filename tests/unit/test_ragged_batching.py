@@ -223,3 +223,14 @@ def test_a_warmup_batch_gets_its_batch_inputs_too(tmp_path: Path) -> None:
     )
     [batch] = warmup_batches(config, tmp_path)
     assert [r.inputs["INDEX"].tolist() for r in batch] == [[3.0], [6.0]]
+
+
+def test_batch_inputs_of_a_sequence_model_are_refused() -> None:
+    text = (
+        BASE
+        + 'batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_INT32 '
+        + 'source_input: "INPUT" } ]\n'
+        + "sequence_batching { }\n"
+    )
+    with pytest.raises(ConchError, match="field 'batch_input' is set on a sequence_batching"):
+        parse_pbtxt(text, SOURCE)
