@@ -1,4 +1,5 @@
-"""Load-time checks of ragged batching: ``allow_ragged_batch``, ``batch_input``, ``batch_output``.
+"""Load-time checks of ragged batching (``batch_input``, ``batch_output``) and of what
+``dynamic_batching.preserve_ordering`` cannot promise (a decoupled model's streams).
 
 The worker computes every ``batch_input`` kind Triton defines (``workers.batches.ragged``) and
 scatters ``BATCH_SCATTER_WITH_INPUT_SHAPE`` outputs; what it cannot compute is refused here, with
@@ -56,6 +57,13 @@ def check_ragged(config: ModelConfig, source: str) -> None:
                     "server, not sent by clients",
                 )
         _one_source(config, "batch_input", entry.source_input, fail)
+    batching = config.dynamic_batching
+    if batching is not None and batching.preserve_ordering and config.decoupled:
+        fail(
+            "dynamic_batching.preserve_ordering",
+            "is true on a decoupled model; Conch orders the responses of non-decoupled models "
+            "only (expected false, or model_transaction_policy without decoupled)",
+        )
     outputs = set(config.output_names)
     for out in config.batch_outputs:
         if out.kind != SCATTER:

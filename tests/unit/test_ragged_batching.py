@@ -234,3 +234,14 @@ def test_batch_inputs_of_a_sequence_model_are_refused() -> None:
     )
     with pytest.raises(ConchError, match="field 'batch_input' is set on a sequence_batching"):
         parse_pbtxt(text, SOURCE)
+
+
+def test_preserve_ordering_of_a_decoupled_model_is_refused() -> None:
+    text = (
+        BASE.replace(" allow_ragged_batch: true", "")
+        + "dynamic_batching { preserve_ordering: true }\n"
+        + "model_transaction_policy { decoupled: true }\n"
+    )
+    with pytest.raises(ConchError, match=r"field 'dynamic_batching\.preserve_ordering'"):
+        parse_pbtxt(text, SOURCE)
+    parse_pbtxt(text.replace("decoupled: true", "decoupled: false"), SOURCE)
