@@ -91,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     tput.add_argument("--burst", type=int)
     tput.add_argument("--model-limit", action="append", default=[], metavar="MODEL=RPS:BURST")
     tput.add_argument("--priority", type=int, default=0)
+    tput.add_argument(
+        "--timeout-ms", type=int, default=0, help="deadline of the tenant's requests (0: none)"
+    )
     tput.add_argument("--models", default="*", help="comma-separated names or globs")
 
     models = groups.add_parser("models", help="fleet-wide model control (repository API)")
@@ -144,6 +147,7 @@ def run(args: argparse.Namespace, client: AdminClient) -> Any:
 def _tenant_body(args: argparse.Namespace, client: AdminClient, path: str) -> dict[str, Any]:
     body: dict[str, Any] = {
         "priority": args.priority,
+        "timeout_ms": args.timeout_ms,
         "models": [m.strip() for m in args.models.split(",") if m.strip()],
         "generate_keys": args.generate_keys,
         "model_rate_limits": parse_model_limits(args.model_limit),

@@ -106,6 +106,8 @@ def worker_env(args: argparse.Namespace, cache_dir: Path | None = None) -> dict[
         "CONCH_WORKER_MODEL_CONFIG_NAME": args.model_config_name,
         "CONCH_WORKER_STRICT_MODEL_CONFIG": _flag(args.strict_model_config),
         "CONCH_WORKER_DRAIN_TIMEOUT_S": str(float(args.exit_timeout_secs)),
+        "CONCH_WORKER_RATE_LIMIT": args.rate_limit,
+        "CONCH_WORKER_RATE_LIMIT_RESOURCES": ",".join(args.rate_limit_resource),
     }
     if cache_dir is not None:
         env["CONCH_WORKER_REPOSITORY_CACHE_DIR"] = str(cache_dir)

@@ -168,6 +168,21 @@ def add_model_control(parser: argparse.ArgumentParser) -> None:
         help="Triton's deprecated --strict-model-config: true turns auto-complete off",
     )
     group.add_argument(
+        "--rate-limit",
+        type=str.lower,
+        choices=["off", "execution_count"],
+        default="off",
+        help="execution_count: instances run a batch only while they hold their rate_limiter "
+        "resources, counted across the fleet (docs/rate-limiter.md)",
+    )
+    group.add_argument(
+        "--rate-limit-resource",
+        action="append",
+        default=[],
+        metavar="NAME:COUNT[:DEVICE]",
+        help="the copies of a rate limiter resource (on one GPU with DEVICE); repeatable",
+    )
+    group.add_argument(
         "--exit-timeout-secs",
         type=int,
         default=30,

@@ -320,17 +320,17 @@ OPTIONS: tuple[TritonOption, ...] = (
         "the same as --cache-config local,size=N (Triton's deprecated spelling)",
     ),
     # Rate limiter
-    _only(
+    _i(
         "rate-limit",
         "Rate Limiter",
-        "off",
-        "Conch does not run Triton's rate limiter (model resources and priorities); its "
-        "queues, admission and per-tenant limits bound the load instead (docs/policy.md)",
+        "off or execution_count: instances hold their rate_limiter resources while they "
+        "execute, counted across the whole fleet in Redis (docs/rate-limiter.md)",
     ),
-    _no(
+    _i(
         "rate-limit-resource",
         "Rate Limiter",
-        "Conch does not run Triton's rate limiter (see --rate-limit)",
+        "<name>:<count>[:<device>], repeatable: the copies of a resource per device (a GPU "
+        "of each host) or, for a global resource, for the fleet",
     ),
     # Memory and devices
     _no("pinned-memory-pool-byte-size", "Memory/Device Management", _POOLS),

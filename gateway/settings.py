@@ -33,9 +33,13 @@ class GatewaySettings(Settings, kw_only=True):
     late_start_wait_s: float = 60.0
     # Address other services (Envoy, the control plane) reach this gateway at.
     advertise_host: str = "127.0.0.1"
-    # Every request is answered by this deadline at the latest (a `timeout` parameter may lower
-    # how long it may wait in the queue, never raise this).
+    # The unary bound: a unary request nobody bounded (no `timeout` parameter, no tenant
+    # timeout) is answered within this, with a timeout error at the latest. Streams are not
+    # bounded by it (see stream_silence_timeout_ms).
     default_timeout_ms: int = 30_000
+    # A stream (gRPC ModelStreamInfer, SSE, decoupled responses) ends with a timeout error when
+    # no response came for this long; nothing bounds its age unless someone asked for it.
+    stream_silence_timeout_ms: int = 60_000
     # Admission refuses at once ("no live worker") only when no worker of the version has been
     # ready within this bound; a heartbeat that is merely late queues the request instead.
     gone_bound_ms: int = 30_000
@@ -100,7 +104,7 @@ class GatewaySettings(Settings, kw_only=True):
     # CONCH_WORKER_MODEL_CONTROL_MODE must match.
     model_control_mode: str = "none"
     # Triton's --exit-timeout-secs: a stopping gateway process waits at most this long for its
-    # requests in flight (and never longer than the default deadline plus 5 s).
+    # requests in flight (and never longer than the unary bound plus 5 s).
     exit_timeout_s: float = 30.0
     # How long a load or unload waits for every worker of the fleet to answer.
     control_timeout_s: float = 120.0
@@ -162,6 +166,11 @@ class GatewaySettings(Settings, kw_only=True):
         self.model_control_mode = check_mode(
             self.model_control_mode, "CONCH_GATEWAY_MODEL_CONTROL_MODE"
         )
+        for name in ("default_timeout_ms", "stream_silence_timeout_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"CONCH_GATEWAY_{name.upper()} is {getattr(self, name)}; expected ms >= 1"
+                )
         if self.exit_timeout_s < 0:
             raise ValueError(
                 f"CONCH_GATEWAY_EXIT_TIMEOUT_S is {self.exit_timeout_s}; expected seconds >= 0"
@@ -170,7 +179,8 @@ class GatewaySettings(Settings, kw_only=True):
 
 def graceful_shutdown_s(settings: GatewaySettings) -> float:
     """How long a stopping gateway process drains (SIGTERM): until its last in-flight request
-    is answered, which is at most the default deadline away, plus a margin for the answer to
-    go out, and never longer than Triton's --exit-timeout-secs (``exit_timeout_s``). With an
-    exit timeout at least the default deadline plus 5 s, a rolling restart cuts no request."""
+    is answered, which for a unary request nobody bounded is at most the unary bound away, plus
+    a margin for the answer to go out, and never longer than Triton's --exit-timeout-secs
+    (``exit_timeout_s``). With an exit timeout at least the unary bound plus 5 s, a rolling
+    restart cuts no such request (streams and asked timeouts may run longer)."""
     return min(settings.default_timeout_ms / 1000 + 5.0, settings.exit_timeout_s)

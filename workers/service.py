@@ -35,6 +35,7 @@ from workers.loading.loader import LoadedVersion
 from workers.loading.poll import RepositoryPoll
 from workers.loading.startup import load_at_startup
 from workers.loading.version_host import VersionHost
+from workers.ratelimit.gate import RateGate
 from workers.sequence.adoption import adoption_loop
 from workers.sequence.serving import SequenceServing
 from workers.settings import WorkerSettings
@@ -53,7 +54,8 @@ class WorkerService:
         self.ready = asyncio.Event()
         self._stopping = asyncio.Event()
         self._batches = BatchProcessor(self.redis, settings, self.id)
-        loop = BatchLoop(self.redis, settings, self.id, self._stopping, self._batches)
+        gate = RateGate(self.redis, settings, self.id)
+        loop = BatchLoop(self.redis, settings, self.id, self._stopping, self._batches, gate)
         sequences = SequenceServing(
             self.redis,
             settings,

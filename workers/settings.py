@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from shared.fleet.control import check_mode
 from shared.runtime.settings import Settings
+from shared.wire.errors import ConchError
+from workers.ratelimit.resources import parse_available
 
 
 class WorkerSettings(Settings, kw_only=True):
@@ -74,11 +76,36 @@ class WorkerSettings(Settings, kw_only=True):
     inline_execution_us: int = -1
     # How often a holder releases idle sequences and re-reads the sequences it holds.
     sequence_reconcile_ms: int = 500
+    # Triton's --rate-limit: off (default), or execution_count: an instance executes a batch
+    # only while it holds the resources its instance group's rate_limiter lists, counted
+    # fleet-wide in Redis (workers/ratelimit). Every worker of a fleet must agree.
+    rate_limit: str = "off"
+    # Triton's --rate-limit-resource, comma-separated: <name>:<count> (every device, and a
+    # global resource) or <name>:<count>:<gpu id>; a resource not named has as many copies as
+    # the largest count any instance asks for.
+    rate_limit_resources: list[str] = []
+    # An instance renews the resources it holds every third of this; a worker that dies or
+    # stalls gives them back (and its place among the waiters) once this long passed.
+    rate_limit_lease_ms: int = 5_000
 
     def __post_init__(self) -> None:
         self.model_control_mode = check_mode(
             self.model_control_mode, "CONCH_WORKER_MODEL_CONTROL_MODE"
         )
+        self.rate_limit = self.rate_limit.strip().lower()
+        if self.rate_limit not in ("off", "execution_count"):
+            raise ValueError(
+                f"CONCH_WORKER_RATE_LIMIT is '{self.rate_limit}'; expected off or execution_count"
+            )
+        try:
+            parse_available(self.rate_limit_resources)
+        except ConchError as exc:
+            raise ValueError(exc.message) from None
+        if self.rate_limit_lease_ms < 100:
+            raise ValueError(
+                f"CONCH_WORKER_RATE_LIMIT_LEASE_MS is {self.rate_limit_lease_ms}; expected 100 "
+                "or more"
+            )
         if self.repository_poll_secs <= 0:
             raise ValueError(
                 f"CONCH_WORKER_REPOSITORY_POLL_SECS is {self.repository_poll_secs}; "

@@ -50,6 +50,7 @@ def tenant_from_body(name: str, body: TenantBody) -> Tenant:
         model_rate_limits=dict(body.model_rate_limits),
         priority=body.priority,
         models=list(body.models),
+        timeout_ms=body.timeout_ms,
     )
 
 
@@ -85,4 +86,5 @@ def tenant_view(tenant: Tenant, digests: list[str]) -> TenantView:
         model_rate_limits=dict(tenant.model_rate_limits),
         priority=tenant.priority,
         models=list(tenant.models),
+        timeout_ms=tenant.timeout_ms,
     )

@@ -52,6 +52,9 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
     priority: int = 0
     # Models the tenant may use: names or glob patterns ("*" is every model).
     models: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    # A deadline for the tenant's requests, unary and streams alike, in ms (0: none; a request's
+    # own `timeout` may only shorten it). See shared.wire.deadlines.
+    timeout_ms: int = 0
 
     def may_use(self, model: str) -> bool:
         return any(fnmatch.fnmatchcase(model, pattern) for pattern in self.models)

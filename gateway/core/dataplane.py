@@ -44,7 +44,7 @@ from shared.fleet.replies import ReplyRouter
 from shared.runtime.ids import new_id
 from shared.runtime.logs import request_id_var
 from shared.runtime.redis_retry import CONNECTION_ERRORS
-from shared.wire import envelope, keys
+from shared.wire import deadlines, envelope, keys
 from shared.wire.envelope import Reply
 from shared.wire.errors import ConchError, ErrorCode
 from shared.wire.queue_ticket import QueueTicket
@@ -74,6 +74,8 @@ class _Begun:
     request_id: str
     deadline_ms: int
     timeout_s: float
+    # Deadlines only where someone asked (shared.wire.deadlines): what bounds this request.
+    deadline: deadlines.Deadline
     arm: str
     started: float
     span: Any
@@ -103,6 +105,7 @@ class DataPlane:
         gone_ms: int = 30_000,
         max_in_flight: int = 0,
         direct: bool = True,
+        stream_silence_ms: int = 60_000,
     ):
         self._redis = r
         self._gone_ms = gone_ms
@@ -115,6 +118,7 @@ class DataPlane:
         self.table = table
         self.replies = replies
         self._default_timeout_ms = default_timeout_ms
+        self._silence_ms = stream_silence_ms
         self._enqueue = CoalescedScript(r, lua.ENQUEUE.source)
         self._plans = AdmissionPlans(direct)
         self._sequences = SequenceAdmission(r, gone_ms)
@@ -162,7 +166,7 @@ class DataPlane:
                     await self._admit(begun)
                     reply = await future
             except TimeoutError:
-                raise self._deadline_error(model, number) from None
+                raise self._deadline_error(model, number, begun.deadline, False) from None
             code = reply.error_code or "OK"
         except ConchError as exc:
             code = exc.code.value
@@ -201,19 +205,29 @@ class DataPlane:
             return
         number, code, ended = begun.number, ErrorCode.CANCELLED.value, False
         stream = self.replies.expect_stream(begun.request_id)
-        until = asyncio.get_running_loop().time() + begun.timeout_s
+        # Bounded by silence (no frame for the silence bound), never past an asked end.
+        loop, bound = asyncio.get_running_loop(), begun.deadline
+        end_by = None
+        if bound.end_by_ms:
+            end_by = loop.time() + (bound.end_by_ms - time.time() * 1000) / 1000 + _GRACE_S
+        until = loop.time() + begun.timeout_s
+        heard = False
         try:
             try:
                 async with asyncio.timeout_at(until):
                     await self._admit(begun)
             except TimeoutError:
-                raise self._deadline_error(model, number) from None
+                raise self._deadline_error(model, number, bound, heard) from None
             while True:
                 try:
                     async with asyncio.timeout_at(until):
                         reply = await stream.next()
                 except TimeoutError:
-                    raise self._deadline_error(model, number) from None
+                    raise self._deadline_error(model, number, bound, heard) from None
+                if bound.silence_ms:
+                    heard, until = True, loop.time() + bound.silence_ms / 1000 + _GRACE_S
+                    if end_by is not None:
+                        until = min(until, end_by)
                 if reply.error_code:
                     ended = True
                     raise ConchError(ErrorCode(reply.error_code), reply.error)
@@ -286,7 +300,11 @@ class DataPlane:
             return InferOutcome(Reply("", model, number, cached.outputs), valid, number)
         span = await start_span(self.traces, model, number, arm, valid.inputs)
         now = int(time.time() * 1000)
-        deadline = now + self._default_timeout_ms
+        asked = deadlines.asked_ms(parsed.parameters, tenant.timeout_ms if tenant else 0)
+        bound = deadlines.plan(
+            now, asked, endpoint is None, self._default_timeout_ms, self._silence_ms
+        )
+        deadline = bound.deadline_ms
         header, payload = submission.build(
             request_id=request_id,
             model=model,
@@ -304,6 +322,8 @@ class DataPlane:
             trace=span.carrier,
             priority=parsed.parameters.get("priority") or (tenant.priority if tenant else 0),
             tenant=tenant.name if tenant else "",
+            silence_ms=bound.silence_ms,
+            end_by_ms=bound.end_by_ms,
         )
         if spec is not None:  # a sequence: its own queue, in arrival order (no scheduler)
 
@@ -331,6 +351,7 @@ class DataPlane:
             request_id=request_id,
             deadline_ms=deadline,
             timeout_s=(deadline - now) / 1000 + _GRACE_S,
+            deadline=bound,
             arm=arm,
             started=started,
             span=span,
@@ -351,11 +372,29 @@ class DataPlane:
             metrics.record_rejected(tenant, begun.model, _ADMISSION[admitted])
             submission.refusal(admitted, begun.model, begun.number, begun.ticket, begun.backend)
 
-    def _deadline_error(self, model: str, number: int) -> ConchError:
+    def _deadline_error(
+        self, model: str, number: int, bound: deadlines.Deadline, heard: bool
+    ) -> ConchError:
+        """Names the bound that ended the request: the asked timeout, the unary bound, or the
+        stream's silence."""
+        what = f"Request timeout expired: model '{model}' version {number}"
+        if bound.silence_ms and not (bound.end_by_ms and bound.end_by_ms <= time.time() * 1000):
+            since = "its last response" if heard else "the request was admitted"
+            return ConchError(
+                ErrorCode.DEADLINE_EXCEEDED,
+                f"{what} sent no response for {bound.silence_ms} ms since {since} (the stream "
+                "silence bound, CONCH_GATEWAY_STREAM_SILENCE_TIMEOUT_MS)",
+            )
+        if bound.asked_ms:
+            return ConchError(
+                ErrorCode.DEADLINE_EXCEEDED,
+                f"{what} did not finish within the {bound.asked_ms} ms asked for (the request's "
+                "timeout parameter or its tenant's timeout_ms)",
+            )
         return ConchError(
             ErrorCode.DEADLINE_EXCEEDED,
-            f"Request timeout expired: model '{model}' version {number} did not answer "
-            f"within {self._default_timeout_ms} ms",
+            f"{what} did not answer within {self._default_timeout_ms} ms (the unary bound, "
+            "CONCH_GATEWAY_DEFAULT_TIMEOUT_MS)",
         )
 
     def _cancel(self, begun: _Begun) -> None:

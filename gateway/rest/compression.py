@@ -5,10 +5,11 @@ response's body is compressed and ``Content-Encoding`` names the algorithm.
 The choice is Triton's (``CompressionTypeUsed`` in its ``http_server.cc``): among ``identity``,
 ``gzip`` and ``deflate``, the one with the highest q-value, the first named on a tie, ``identity``
 unless another has a q-value above 0. Conch also reads ``*`` as gzip and deflate where they are
-not named. Compressed: every successful (2xx) response with a body, whatever its size (Triton
-compresses the smallest inference response too); not compressed: errors (Triton's are not, and
-``tritonclient`` reads an error body as plain JSON), empty bodies, and event streams (sent as
-they come; Triton does not compress its generate stream either).
+not named. Compressed: every successful inference response, whatever its size (Triton
+compresses the smallest one too); not compressed: the other routes (as Triton: its metadata,
+config and statistics answers are plain, and ``tritonclient.http.aio`` relies on it), errors
+(Triton's are not, and ``tritonclient`` reads an error body as plain JSON), empty bodies, and
+event streams (sent as they come; Triton does not compress its generate stream either).
 
 The binary tensor extension's ``Inference-Header-Content-Length`` keeps the length of the JSON
 header in the uncompressed body (Triton's, and what ``tritonclient`` reads after inflating).
@@ -19,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 GZIP = "gzip"
 DEFLATE = "deflate"
@@ -28,8 +27,6 @@ _IDENTITY = "identity"
 # Bodies at least this large are compressed on a worker thread (zlib lets go of the GIL), so
 # one large response does not hold up this process's other requests.
 _THREAD_BYTES = 256 * 1024
-
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 def negotiate(accept_encoding: str | None) -> str | None:
@@ -80,45 +77,3 @@ async def compress(body: bytes, encoding: str) -> bytes:
     if len(body) < _THREAD_BYTES:
         return compress_now(body, encoding)
     return await asyncio.to_thread(compress_now, body, encoding)
-
-
-def compressing_send(send: Send, encoding: str) -> Send:
-    """An ASGI ``send`` that compresses a whole successful body (one message) with
-    ``encoding``; streamed bodies, errors and already encoded bodies go as they are."""
-    held: dict[str, Any] | None = None
-    passing = False
-
-    async def wrapped(message: dict[str, Any]) -> None:
-        nonlocal held, passing
-        if passing:
-            await send(message)
-            return
-        if message["type"] == "http.response.start":
-            held = message
-            return
-        if held is None or message["type"] != "http.response.body":
-            await send(message)
-            return
-        start, held, passing = held, None, True
-        body = message.get("body", b"")
-        headers = start.get("headers", [])
-        if (
-            message.get("more_body", False)
-            or not body
-            or not 200 <= start["status"] < 300
-            or any(name.lower() == b"content-encoding" for name, _ in headers)
-        ):
-            await send(start)
-            await send(message)
-            return
-        packed = await compress(body, encoding)
-        headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
-        headers += [
-            (b"content-length", str(len(packed)).encode()),
-            (b"content-encoding", encoding.encode()),
-            (b"vary", b"accept-encoding"),
-        ]
-        await send({**start, "headers": headers})
-        await send({**message, "body": packed})
-
-    return wrapped

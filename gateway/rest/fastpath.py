@@ -18,8 +18,11 @@ plane then marks it cancelled in Redis). The exchange itself is ``gateway.rest.i
 
 Around the exchange, Triton's edge behaviour for every route: a restricted category
 (``gateway.core.restricted``) is refused before anything else (inference here, the other routes
-by the Litestar app's guard), and a successful response is compressed when ``Accept-Encoding``
-asks (``gateway.rest.compression``: here for inference, through ``send`` for the other routes).
+by the Litestar app's guard), and a successful inference response is compressed when
+``Accept-Encoding`` asks (``gateway.rest.compression``). Only inference, as Triton:
+``tritonclient``'s asyncio client sends aiohttp's ``Accept-Encoding: gzip, deflate`` on every
+call and inflates only inference answers, so a compressed config or statistics answer would
+break it.
 """
 
 from __future__ import annotations
@@ -86,10 +89,6 @@ class FastInferApp:
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
         route = infer_route(scope)
         if route is None:
-            if scope["type"] == "http":
-                encoding = compression.negotiate(_header(scope, b"accept-encoding"))
-                if encoding is not None:
-                    send = compression.compressing_send(send, encoding)
             await self._litestar(scope, receive, send)
             return
         received = time.perf_counter()  # the request's headers are in; the clock starts
@@ -148,13 +147,6 @@ class FastInferApp:
             return rest_infer.RestResponse(*internal_error(exc, "inference")), True
         finally:
             dataplane.in_flight.leave()
-
-
-def _header(scope: dict[str, Any], name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
 
 
 def response_headers(response: rest_infer.RestResponse) -> list[tuple[bytes, bytes]]:

@@ -78,6 +78,7 @@ class GatewayState:
             gone_ms=settings.gone_bound_ms,
             max_in_flight=settings.max_in_flight,
             direct=settings.direct_path,
+            stream_silence_ms=settings.stream_silence_timeout_ms,
         )
         self.shared_memory = SharedMemoryManager(
             self.redis, settings.shm_host or os.uname().nodename, settings.allow_client_shm

@@ -50,6 +50,8 @@ def build(
     trace: dict[str, str] | None = None,
     priority: int = 0,
     tenant: str = "",
+    silence_ms: int = 0,
+    end_by_ms: int = 0,
 ) -> tuple[RequestHeader, InferRequest]:
     header = RequestHeader(
         id=request_id,
@@ -76,6 +78,8 @@ def build(
         trace=trace or {},
         priority=priority,
         tenant=tenant,
+        silence_ms=silence_ms,
+        end_by_ms=end_by_ms,
     )
     return header, payload
 

@@ -104,6 +104,7 @@ MARK_READY = _load("mark_ready")
 PUT_TENANT = _load("put_tenant")
 DELETE_TENANT = _load("delete_tenant")
 TOKEN_BUCKET = _load("token_bucket")
+RATE_RESOURCES = _load("rate_resources")
 TRACE_TAKE_ONE = _load("trace_take_one")
 # Ensembles.
 ENSEMBLE_START = _load("ensemble_start")
@@ -131,6 +132,7 @@ SCRIPTS: dict[str, Script] = {
         PUT_TENANT,
         DELETE_TENANT,
         TOKEN_BUCKET,
+        RATE_RESOURCES,
         TRACE_TAKE_ONE,
         ENSEMBLE_START,
         ENSEMBLE_STEP,

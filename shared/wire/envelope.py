@@ -55,6 +55,11 @@ class InferRequest(msgspec.Struct, array_like=True, frozen=True):
     # this model's levels, and the tenant: what an ensemble step or a BLS call passes on.
     priority: int = 0
     tenant: str = ""
+    # A stream is bounded by silence: no response for this long ends it (0: a unary request,
+    # ``deadline_ms`` bounds it); ``end_by_ms``: a stream's asked deadline (0: none). See
+    # ``shared.wire.deadlines``.
+    silence_ms: int = 0
+    end_by_ms: int = 0
 
 
 class Timing(msgspec.Struct, array_like=True, frozen=True):

@@ -14,6 +14,7 @@ records a real run and fails when one call's keys hash apart):
   stream and state, load errors, labels, log and trace settings): small, rarely written.
 - ``{policy}``: version weights, shadow traffic, draining versions and their revision.
 - ``{tenants}``: tenants, API keys and their revision; ``{<tenant>}``: a tenant's rate buckets.
+- ``{ratelimit}``: the rate limiter's resources (Triton's ``rate_limiter``), every scope.
 - ``{gw:<id>}``: one gateway process's reply stream; ``{<host>}``: one host's shm regions.
 
 The service registry keys carry no tag: each is written by single-key commands only.
@@ -180,6 +181,14 @@ def rate_bucket(tenant: str, model: str | None = None) -> str:
     """HASH token bucket (tokens, ts) of a tenant, or of a tenant and one model."""
     base = f"{PREFIX}:rl:{{{tenant}}}"
     return base if model is None else f"{base}:m:{model}"
+
+
+def rate_resource(name: str, scope: str) -> str:
+    """HASH of one rate limiter resource (Triton's ``rate_limiter.resources``) in one scope:
+    ``global``, or ``<host>/gpu<id>`` / ``<host>/cpu`` for a device's copies. Holders, waiters
+    and their leases (``shared/lua/rate_resources.lua``); every scope shares ``{ratelimit}``,
+    as one call takes all the resources an instance needs."""
+    return f"{PREFIX}:{{ratelimit}}:res:{scope}:{name}"
 
 
 def weights() -> str:

@@ -5,6 +5,7 @@ at Triton's --grpc-infer-response-compression-level, and gRPC requests a client 
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import subprocess
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import tritonclient.http.aio as aiohttpclient
 
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
@@ -156,18 +158,29 @@ def test_binary_header_length_is_the_uncompressed_json(gateways: Gateways) -> No
     assert len(inflated) == length + sum(sizes) == length + 2 * ZEROS.nbytes
 
 
-def test_litestar_routes_compress_successes_not_errors(gateways: Gateways) -> None:
+def test_only_inference_is_compressed_as_in_triton(gateways: Gateways) -> None:
+    """Triton compresses inference answers only; tritonclient's asyncio client relies on it: it
+    sends aiohttp's ``Accept-Encoding: gzip, deflate`` on every call and inflates only
+    inference answers (a compressed config answer failed it with a UnicodeDecodeError)."""
     base = f"http://127.0.0.1:{gateways.http}"
-    with httpx.Client(headers={"accept-encoding": "deflate"}) as http:
-        config = http.get(f"{base}/v2/models/add_sub/config")
-        assert config.headers["content-encoding"] == "deflate"
-        assert config.json()["max_batch_size"] == 64  # httpx inflated it
-        missing = http.get(f"{base}/v2/models/nope/config")
-        assert missing.status_code == 404 and "content-encoding" not in missing.headers
-        ready = http.get(f"{base}/v2/health/ready")  # empty body: nothing to compress
-        assert ready.status_code == 200 and "content-encoding" not in ready.headers
-    plain = httpx.get(f"{base}/v2/models/add_sub/config", headers={"accept-encoding": "identity"})
-    assert "content-encoding" not in plain.headers
+    with httpx.Client(headers={"accept-encoding": "gzip, deflate"}) as http:
+        for path in ("/v2/models/add_sub/config", "/v2/models/add_sub/stats", "/v2"):
+            answer = http.get(f"{base}{path}")
+            assert answer.status_code == 200 and "content-encoding" not in answer.headers, path
+
+    async def through_aio() -> tuple[dict[str, object], dict[str, object], object]:
+        client = aiohttpclient.InferenceServerClient(f"127.0.0.1:{gateways.http}")
+        try:
+            config = await client.get_model_config("add_sub")
+            stats = await client.get_inference_statistics("add_sub")
+            result = await client.infer("add_sub", _inputs(aiohttpclient, True))
+            return config, stats, result.as_numpy("OUTPUT0")
+        finally:
+            await client.close()
+
+    config, stats, output = asyncio.run(through_aio())
+    assert config["max_batch_size"] == 64 and stats["model_stats"]
+    assert output is not None
 
 
 def _grpc_infer(client: grpcclient.InferenceServerClient, algorithm: str | None) -> object:

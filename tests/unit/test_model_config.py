@@ -248,7 +248,7 @@ def test_io_flags_and_lookup_helpers() -> None:
     config = parse_pbtxt(
         MINIMAL
         + "max_batch_size: 4\n"
-        + 'input [ { name: "A" data_type: TYPE_INT64 dims: [ 1 ] is_shape_tensor: true },\n'
+        + 'input [ { name: "A" data_type: TYPE_INT64 dims: [ 1 ] },\n'
         + '        { name: "B" data_type: TYPE_FP32 dims: [ -1 ] optional: true\n'
         + "          allow_ragged_batch: true } ]\n"
         + 'output [ { name: "C" data_type: TYPE_FP32 dims: [ 2, 2 ] reshape { shape: [ 4 ] } } ]\n',
@@ -257,7 +257,7 @@ def test_io_flags_and_lookup_helpers() -> None:
     assert config.input_names == ["A", "B"]
     assert config.output_names == ["C"]
     a, b = config.input("A"), config.input("B")
-    assert a is not None and a.is_shape_tensor and not a.optional
+    assert a is not None and not a.is_shape_tensor and not a.optional
     assert b is not None and b.optional and b.allow_ragged_batch
     c = config.output("C")
     assert c is not None and c.reshape == [4] and c.dims == [2, 2]

@@ -197,8 +197,9 @@ def test_batch_inputs_need_a_batching_model() -> None:
 def test_the_order_gate_holds_later_batches_until_earlier_ones_leave() -> None:
     async def scenario() -> list[str]:
         gate, done = OrderGate(), []
-        assert gate.enter_if(True, b"5-0") and gate.enter_if(True, b"5-1")
-        assert not gate.enter_if(False, b"4-0")  # not ordered: never waited for
+        ordered = parse_pbtxt(BASE + "dynamic_batching { preserve_ordering: true }\n", SOURCE)
+        assert gate.enter(ordered, b"5-0") and gate.enter(ordered, b"5-1")
+        assert not gate.enter(parse_pbtxt(BASE, SOURCE), b"4-0")  # not ordered: never waited for
 
         async def publish(entry_id: bytes, name: str) -> None:
             await gate.turn(entry_id)

@@ -168,8 +168,8 @@ def test_a_bare_boolean_is_true_and_a_bare_value_is_missing() -> None:
     resolved("--allow-http")
     with pytest.raises(UsageError, match="--allow-cpu-metrics=true is not supported"):
         resolved("--allow-cpu-metrics")
-    with pytest.raises(UsageError, match="--rate-limit needs a value; Conch takes only off"):
-        resolved("--rate-limit")
+    with pytest.raises(UsageError, match="--model-load-retry-count needs a value; Conch takes"):
+        resolved("--model-load-retry-count")
 
 
 def test_conch_up_refuses_in_one_line_with_exit_code_2(

@@ -33,8 +33,8 @@ from workers.backend import ModelInstance
 from workers.batches.batch import BatchProcessor
 from workers.batches.batch_outcome import Outcome
 from workers.batches.lane import Lane
-from workers.batches.ordering import preserves_order
 from workers.loading.loader import LoadedVersion
+from workers.ratelimit.gate import RateGate
 from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class BatchLoop:
         worker_id: str,
         stopping: asyncio.Event,
         batches: BatchProcessor,
+        gate: RateGate | None = None,
     ):
         self._redis = redis
         self._settings = settings
@@ -58,6 +59,7 @@ class BatchLoop:
         self._stopping = stopping
         self._process = batches.process
         self._send = batches.send
+        self._gate = gate  # the rate limiter (``workers.ratelimit``): held around each batch
 
     async def serve(self, loaded: LoadedVersion, instance: ModelInstance, lane: Lane) -> None:
         stream = keys.batch_stream(loaded.name, loaded.version)
@@ -123,7 +125,6 @@ class BatchLoop:
                     await asyncio.sleep(0.2)
                     continue
                 for entry in streams.parse_read(reply):
-                    lane.order.enter_if(preserves_order(loaded.model.config), entry.entry_id)
                     await self._send_alone(unsent, lane)
                     unsent = None
                     lane.held.add(entry.entry_id)
@@ -206,20 +207,19 @@ class BatchLoop:
         in Redis; it is tried again here, counted as a delivery, so one that keeps failing is
         answered with errors and dead-lettered after max_deliveries. ``defer``: an ordinary batch's
         replies and ack are returned, sent with the next read (``preserve_ordering``: sent here)."""
-        ordered = lane.order.enter_if(preserves_order(loaded.model.config), entry.entry_id)
-        try:
-            done = await self._process(loaded, instance, entry, defer or ordered)
-            if ordered and isinstance(done, Outcome):
-                await lane.order.turn(entry.entry_id)
-                await self._send_alone(done, lane)
+        held = self._gate.held(loaded, instance) if self._gate else contextlib.nullcontext()
+        with lane.order.entered(loaded.model.config, entry.entry_id) as ordered:
+            try:
+                async with held:
+                    done = await self._process(loaded, instance, entry, defer or ordered)
+                if ordered and isinstance(done, Outcome):  # after its earlier batches, unheld
+                    await lane.order.in_turn(entry.entry_id, self._send_alone(done, lane))
+                    return None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                await self._retry_later(entry, lane, exc, loaded.name)
                 return None
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            await self._retry_later(entry, lane, exc, loaded.name)
-            return None
-        finally:
-            lane.order.leave(entry.entry_id)
         if isinstance(done, Outcome):
             return done
         if done is None:

@@ -11,6 +11,9 @@ workers the mesh promises nothing more than Triton does across servers (docs/bat
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Coroutine, Iterator
+from typing import Any
 
 from shared.model_config import ModelConfig
 
@@ -31,11 +34,21 @@ class OrderGate:
         self._held: set[bytes] = set()
         self._changed = asyncio.Event()
 
-    def enter_if(self, ordered: bool, entry_id: bytes) -> bool:
-        """A batch was read; when ``ordered``, later batches wait for it (idempotent)."""
+    def enter(self, config: ModelConfig, entry_id: bytes) -> bool:
+        """A batch was read; when the model preserves ordering, later batches wait for it
+        (idempotent). Returns whether it does."""
+        ordered = preserves_order(config)
         if ordered:
             self._held.add(entry_id)
         return ordered
+
+    @contextlib.contextmanager
+    def entered(self, config: ModelConfig, entry_id: bytes) -> Iterator[bool]:
+        """``enter`` for the block; the batch leaves at its end, however it ends."""
+        try:
+            yield self.enter(config, entry_id)
+        finally:
+            self.leave(entry_id)
 
     def leave(self, entry_id: bytes) -> None:
         """The batch published its replies (or will not): later batches may go."""
@@ -52,3 +65,12 @@ class OrderGate:
         """Return once no earlier batch is held."""
         while self.earlier(entry_id):
             await self._changed.wait()
+
+    async def in_turn(self, entry_id: bytes, send: Coroutine[Any, Any, None]) -> None:
+        """Run ``send`` (a batch's replies) once no earlier batch is held."""
+        try:
+            await self.turn(entry_id)
+        except BaseException:
+            send.close()  # never started
+            raise
+        await send

@@ -11,8 +11,9 @@ then acked with the usual fenced script and its statistics.
 Cancellation: requests whose cancel key exists never run (CANCELLED); while streams are open
 their keys are polled every ``cancel_check.POLL_S`` and the instance is told
 (``is_cancelled()``). A request still open at its deadline ends with a timeout error and is
-cancelled in the model. A model process that dies ends its open streams with an error naming
-the cause (the backend sends it).
+cancelled in the model: a stream's deadline is the silence bound after its last response, not
+its age, unless someone asked (``shared.wire.deadlines``). A model process that dies ends its
+open streams with an error naming the cause (the backend sends it).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from shared import metrics
 from shared.fleet import streams
 from shared.fleet.cancel_marks import CANCELLED_TEXT
 from shared.fleet.publish import queue_replies
-from shared.wire import envelope, tensors
+from shared.wire import deadlines, envelope, tensors
 from shared.wire.envelope import InferRequest, Reply
 from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Execution, ModelInstance, ModelRequest
@@ -50,6 +51,27 @@ class _Open:
     request: InferRequest
     seq: int = 0
     cancelled: bool = False
+    # When its last response was sent (ms since epoch; 0: none yet).
+    last_ms: float = 0.0
+
+    def due_ms(self) -> float:
+        r = self.request
+        return deadlines.stream_due_ms(r.deadline_ms, r.silence_ms, r.end_by_ms, self.last_ms)
+
+    def late_error(self, now_ms: float) -> ConchError:
+        r = self.request
+        if r.silence_ms and not (r.end_by_ms and now_ms >= r.end_by_ms):
+            message = (
+                f"Request timeout expired: model '{r.model}' sent no response for "
+                f"{r.silence_ms} ms (the stream silence bound, "
+                "CONCH_GATEWAY_STREAM_SILENCE_TIMEOUT_MS)"
+            )
+        else:
+            message = (
+                "Request timeout expired: the deadline passed while the model was streaming "
+                "responses"
+            )
+        return ConchError(ErrorCode.DEADLINE_EXCEEDED, message)
 
 
 class StreamBatch:
@@ -174,6 +196,7 @@ class StreamBatch:
             )
         )
         open_.seq += 1
+        open_.last_ms = time.time() * 1000
         if final:
             del self._open[request_id]
             if open_.cancelled:
@@ -264,7 +287,7 @@ class StreamBatch:
         except Exception:
             cancelled = set()
         now_ms = time.time() * 1000
-        late = [rid for rid, o in self._open.items() if now_ms >= o.request.deadline_ms]
+        late = [rid for rid, o in self._open.items() if now_ms >= o.due_ms()]
         for request_id in cancelled:
             if (open_ := self._open.get(request_id)) is not None:
                 open_.cancelled = True
@@ -272,9 +295,5 @@ class StreamBatch:
             # A Python model's cancel is a pipe write that waits behind a batch being sent.
             await asyncio.to_thread(self._instance.cancel, sorted(cancelled | set(late)))
         for request_id in late:
-            error = ConchError(
-                ErrorCode.DEADLINE_EXCEEDED,
-                "Request timeout expired: the deadline passed while the model was streaming "
-                "responses",
-            )
-            self.frame(request_id, None, error, True)
+            if (open_ := self._open.get(request_id)) is not None:
+                self.frame(request_id, None, open_.late_error(now_ms), True)

@@ -2,7 +2,13 @@
 
 Triton's rule: a ``KIND_GPU`` group puts ``count`` instances on each GPU it lists in ``gpus``, or
 on each visible GPU when it lists none; ``KIND_AUTO`` is ``KIND_GPU`` where a GPU is visible and
-``KIND_CPU`` otherwise; ``KIND_CPU`` (and ``KIND_MODEL``) puts ``count`` instances on the CPU.
+``KIND_CPU`` otherwise; ``KIND_CPU`` puts ``count`` instances on the CPU. ``KIND_MODEL`` makes
+``count`` instances with no device assigned (device ``"model"``): the model places itself, which
+the Python backend honours (``args['model_instance_kind']`` is ``"MODEL"``); for the other
+backends the load is refused, naming the field. They are placed with the CPU groups.
+
+With the rate limiter on (``CONCH_WORKER_RATE_LIMIT``), an instance that asks for more copies of
+a resource than ``--rate-limit-resource`` makes available fails the load, as in Triton.
 
 A worker may drive only some of the host's GPUs (``conch up`` starts one worker per GPU, pinned
 with ``CUDA_VISIBLE_DEVICES`` and ``CONCH_WORKER_GPU_IDS``): it places the GPU instances of the
@@ -17,7 +23,11 @@ from dataclasses import dataclass
 from shared.model_config import InstanceGroup, ModelConfig
 from shared.runtime import gpu
 from shared.wire.errors import ConchError, ErrorCode, invalid
+from workers.ratelimit.resources import EXECUTION_COUNT, Available, check_needs, parse_available
 from workers.settings import WorkerSettings
+
+# Backends whose models place themselves (Triton's KIND_MODEL).
+PLACES_ITSELF = frozenset({"python"})
 
 
 @dataclass(frozen=True)
@@ -29,34 +39,59 @@ class Devices:
     gpu_ids: tuple[int, ...] = ()
     # Whether this worker places the CPU instance groups.
     cpu_instances: bool = True
+    # With the rate limiter on: the copies of resources made available (--rate-limit-resource).
+    rate_limit: bool = False
+    available: tuple[Available, ...] = ()
 
     def visible(self) -> int:
         return gpu.gpu_count()
 
     @classmethod
     def of(cls, settings: WorkerSettings) -> Devices:
-        return cls(tuple(settings.gpu_ids), settings.cpu_instances)
+        return cls(
+            tuple(settings.gpu_ids),
+            settings.cpu_instances,
+            settings.rate_limit == EXECUTION_COUNT,
+            parse_available(settings.rate_limit_resources),
+        )
 
 
 @dataclass(frozen=True)
 class Placement:
     group: InstanceGroup
     index: int  # the instance's number within its group
-    device: str  # "cpu" | "gpu"
+    device: str  # "cpu" | "gpu" | "model" (KIND_MODEL: the model places itself)
     device_id: int  # the CUDA device index in this process (0 on the CPU)
+    gpu: int | None = None  # the physical GPU id (None off the GPUs)
 
 
 def placements(config: ModelConfig, devices: Devices, visible: int) -> list[Placement]:
     """Every instance of ``config`` this worker runs, given ``visible`` GPUs here (pure)."""
+    found = _placements(config, devices, visible)
+    if devices.rate_limit:
+        for placement in found:
+            check_needs(config, placement.group.name, placement.gpu, devices.available)
+    return found
+
+
+def _placements(config: ModelConfig, devices: Devices, visible: int) -> list[Placement]:
     physical = list(devices.gpu_ids) or list(range(visible))
     found: list[Placement] = []
     for group in config.instance_groups:
         kind = group.kind
         if kind == "KIND_AUTO":
             kind = "KIND_GPU" if visible > 0 else "KIND_CPU"
+        if kind == "KIND_MODEL" and config.backend not in PLACES_ITSELF:
+            raise invalid(
+                f"model '{config.name}': field 'instance_group.kind' of group '{group.name}' is "
+                f"KIND_MODEL, which the {config.backend or config.platform} backend cannot "
+                "honour (the model would have to place itself); expected KIND_CPU, KIND_GPU or "
+                f"KIND_AUTO (KIND_MODEL: backend {', '.join(sorted(PLACES_ITSELF))})"
+            )
         if kind != "KIND_GPU":
+            device = "model" if kind == "KIND_MODEL" else "cpu"
             if devices.cpu_instances:
-                found += [Placement(group, i, "cpu", 0) for i in range(group.count)]
+                found += [Placement(group, i, device, 0) for i in range(group.count)]
             continue
         if visible == 0:
             raise ConchError(
@@ -74,7 +109,7 @@ def placements(config: ModelConfig, devices: Devices, visible: int) -> list[Plac
                     f"{gpu_id}; this host has GPUs 0-{visible - 1}"
                 )
             for _ in range(group.count):
-                found.append(Placement(group, index, "gpu", physical.index(gpu_id)))
+                found.append(Placement(group, index, "gpu", physical.index(gpu_id), gpu_id))
                 index += 1
     return found
 

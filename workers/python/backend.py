@@ -111,7 +111,7 @@ def initialize_args(spec: LoadSpec) -> dict[str, str]:
     """The ``args`` dict Triton passes to ``initialize``: every value a string."""
     return {
         "model_config": json.dumps(spec.config.to_json()),
-        "model_instance_kind": "GPU" if spec.device == "gpu" else "CPU",
+        "model_instance_kind": {"gpu": "GPU", "model": "MODEL"}.get(spec.device, "CPU"),
         "model_instance_name": f"{spec.instance_group.name}_{spec.instance_index}",
         "model_instance_device_id": str(spec.device_id),
         "model_repository": str(spec.model_path),

@@ -117,6 +117,7 @@ class TensorRTInstance(TensorModelInstance):
             np_dtype = np.dtype(trt.nptype(self.engine.get_tensor_dtype(name)))
             self.dtypes[name] = (np_dtype, torch.from_numpy(np.empty(0, np_dtype)).dtype)
         self._check_names(spec)
+        self._check_shape_tensors(spec)
         log.info(
             "tensorrt engine ready",
             extra={"model": spec.config.name, "device": str(self.device), "profile": self.profile},
@@ -133,6 +134,20 @@ class TensorRTInstance(TensorModelInstance):
                     ErrorCode.INVALID_ARG,
                     f"model '{spec.config.name}': config {kind}(s) {missing} are not tensors of "
                     f"the engine (its {kind}s: {present})",
+                )
+
+    def _check_shape_tensors(self, spec: LoadSpec) -> None:
+        """An engine input that is a shape tensor (its values set other tensors' shapes, given
+        on the host, not batched) cannot be fed as a batched device tensor: refused at load,
+        naming the field (``shared.model_config.rate_limiter.check_shape_tensors`` refuses a
+        configuration that declares one)."""
+        for name in self.inputs:
+            if self.engine.is_shape_inference_io(name):
+                raise ConchError(
+                    ErrorCode.INVALID_ARG,
+                    f"model '{spec.config.name}': engine input '{name}' is a shape tensor "
+                    "(field 'input.is_shape_tensor'); Conch's TensorRT backend passes "
+                    "execution tensors only (rebuild the engine without shape tensor inputs)",
                 )
 
     def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
