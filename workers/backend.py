@@ -18,6 +18,7 @@ import numpy as np
 
 from shared.model_config import InstanceGroup, ModelConfig
 from shared.wire.errors import ConchError, ErrorCode
+from workers.batches import ragged
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,8 @@ class TensorModelInstance(ModelInstance):
         """Run the model on (batched) inputs; return at least the named outputs."""
 
     def execute(self, requests: list[ModelRequest]) -> Execution:
-        if self.config.max_batch_size == 0 or len(requests) == 1:
+        config = self.config
+        if config.max_batch_size == 0 or (len(requests) == 1 and not ragged.has_ragged(config)):
             return self._execute_each(requests)
         t0 = time.perf_counter_ns()
         # The config's inputs in its order, then a sequence model's controls and implicit
@@ -159,7 +161,10 @@ class TensorModelInstance(ModelInstance):
         first = requests[0].inputs
         names = [n for n in self.config.input_names if n in first]
         names += [n for n in first if n not in names]
-        batched = {name: np.concatenate([r.inputs[name] for r in requests]) for name in names}
+        batched = {
+            name: ragged.concatenate(config, name, [r.inputs[name] for r in requests])
+            for name in names
+        }
         wanted = _union_outputs(requests)
         t1 = time.perf_counter_ns()
         try:
@@ -171,17 +176,25 @@ class TensorModelInstance(ModelInstance):
             return Execution([ModelResult(error=error) for _ in requests])
         t2 = time.perf_counter_ns()
         total = sum(request.batch_size for request in requests)
-        problem = _check_outputs(self.config.name, outputs, wanted, total)
+        scattered: dict[str, list[np.ndarray]] = {}
+        if config.batch_outputs:  # BATCH_SCATTER_WITH_INPUT_SHAPE: split by the input's shapes
+            problem = _scatter(config, outputs, wanted, requests, scattered)
+            if problem is not None:
+                return Execution([ModelResult(error=problem) for _ in requests])
+        rowed = [name for name in wanted if name not in scattered]
+        problem = _check_outputs(config.name, outputs, rowed, total)
         if problem is not None:
             return Execution([ModelResult(error=problem) for _ in requests])
         results: list[ModelResult] = []
         offset = 0
-        for request in requests:
+        for index, request in enumerate(requests):
             size = request.batch_size
             results.append(
                 ModelResult(
                     outputs={
-                        name: outputs[name][offset : offset + size]
+                        name: scattered[name][index]
+                        if name in scattered
+                        else outputs[name][offset : offset + size]
                         for name in request.requested_outputs
                     }
                 )
@@ -225,6 +238,28 @@ def _check_outputs(
                 f"model '{model}' output '{name}' has shape {list(value.shape)}; expected a "
                 f"first (batch) dimension of {batch}",
             )
+    return None
+
+
+def _scatter(
+    config: ModelConfig,
+    outputs: dict[str, np.ndarray],
+    wanted: list[str],
+    requests: list[ModelRequest],
+    into: dict[str, list[np.ndarray]],
+) -> ConchError | None:
+    """Split each ``BATCH_SCATTER_WITH_INPUT_SHAPE`` output into ``into`` (``ragged``)."""
+    for name in wanted:
+        shapes = ragged.scatter_shapes(config, name, [r.inputs for r in requests])
+        if shapes is None:
+            continue
+        value = outputs.get(name)
+        try:
+            if value is None:
+                raise ValueError("was not produced")
+            into[name] = ragged.scatter(value, shapes)
+        except ValueError as exc:
+            return ConchError(ErrorCode.INTERNAL, f"model '{config.name}' output '{name}' {exc}")
     return None
 
 

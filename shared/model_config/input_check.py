@@ -11,7 +11,8 @@ from shared.wire.errors import invalid
 
 def check_inputs(config: ModelConfig, inputs: list[Tensor]) -> tuple[list[Tensor], int, str]:
     """The inputs in the config's order, the batch size, and the shape signature (the inputs'
-    shapes without the batch dimension: requests with equal signatures may share a batch)."""
+    shapes without the batch dimension, a ragged input's left out: requests with equal
+    signatures may share a batch)."""
     model = config.name
     given = {t.name: t for t in inputs}
     for name in given:
@@ -45,7 +46,9 @@ def check_inputs(config: ModelConfig, inputs: list[Tensor]) -> tuple[list[Tensor
         if config.max_batch_size > 0:
             batch_sizes.add(tensor.shape[0])
         ordered.append(tensor)
-        sig_parts.append(f"{spec.name}:{','.join(map(str, dims))}")
+        # A ragged input batches whatever its shape (``allow_ragged_batch``).
+        shown = "ragged" if spec.allow_ragged_batch else ",".join(map(str, dims))
+        sig_parts.append(f"{spec.name}:{shown}")
     if config.max_batch_size > 0:
         if len(batch_sizes) > 1:
             raise invalid(

@@ -18,6 +18,8 @@ from shared.model_config.auto_complete import detect, fill_platform
 from shared.model_config.defaults import fill_defaults
 from shared.model_config.json_form import message_to_json
 from shared.model_config.structs import (
+    BatchInput,
+    BatchOutput,
     DynamicBatching,
     InstanceGroup,
     ModelConfig,
@@ -139,6 +141,15 @@ def _from_message(message: pb.ModelConfig, source: str) -> ModelConfig:
         else None,
         model_warmup=raw.get("model_warmup", []),
         optimization=raw.get("optimization") if message.HasField("optimization") else None,
+        batch_inputs=[_batch_input(b, source) for b in message.batch_input],
+        batch_outputs=[
+            BatchOutput(
+                kind=pb.BatchOutput.Kind.Name(b.kind),
+                target_name=list(b.target_name),
+                source_input=list(b.source_input),
+            )
+            for b in message.batch_output
+        ],
         json=raw,
     )
     validate(config, source)
@@ -157,6 +168,21 @@ def _tensor(spec: Any, kind: str, source: str) -> TensorSpec:
         optional=getattr(spec, "optional", False),
         is_shape_tensor=spec.is_shape_tensor,
         allow_ragged_batch=getattr(spec, "allow_ragged_batch", False),
+    )
+
+
+def _batch_input(spec: Any, source: str) -> BatchInput:
+    type_name = pb.DataType.Name(spec.data_type)
+    if type_name == "TYPE_INVALID":
+        raise invalid(
+            f"{source}: batch_input {list(spec.target_name)} has no field 'data_type' "
+            "(expected TYPE_INT32, TYPE_INT64 or TYPE_FP32)"
+        )
+    return BatchInput(
+        kind=pb.BatchInput.Kind.Name(spec.kind),
+        target_name=list(spec.target_name),
+        datatype=datatypes.from_config_name(type_name).name,
+        source_input=list(spec.source_input),
     )
 
 

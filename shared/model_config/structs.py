@@ -24,6 +24,23 @@ class TensorSpec(msgspec.Struct, frozen=True):
     allow_ragged_batch: bool = False
 
 
+class BatchInput(msgspec.Struct, frozen=True):
+    """``batch_input``: a tensor the worker computes from the formed batch (ragged batching)."""
+
+    kind: str  # e.g. "BATCH_ACCUMULATED_ELEMENT_COUNT"
+    target_name: list[str]
+    datatype: str  # KServe v2 name
+    source_input: list[str]
+
+
+class BatchOutput(msgspec.Struct, frozen=True):
+    """``batch_output``: an output split back per request in a way other than by batch rows."""
+
+    kind: str  # "BATCH_SCATTER_WITH_INPUT_SHAPE"
+    target_name: list[str]
+    source_input: list[str]
+
+
 class QueuePolicy(msgspec.Struct, frozen=True):
     timeout_action: str = "REJECT"  # or "DELAY"
     default_timeout_microseconds: int = 0
@@ -84,6 +101,9 @@ class ModelConfig(msgspec.Struct, frozen=True):
     ensemble_scheduling: dict[str, Any] | None = None
     model_warmup: list[dict[str, Any]] = []
     optimization: dict[str, Any] | None = None
+    # Ragged batching: tensors computed from the formed batch, outputs scattered by input shape.
+    batch_inputs: list[BatchInput] = []
+    batch_outputs: list[BatchOutput] = []
     # The whole configuration in Triton's JSON form (what /config returns).
     json: dict[str, Any] = {}
 

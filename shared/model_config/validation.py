@@ -6,6 +6,7 @@ broken repository is fixed from the error alone.
 
 from __future__ import annotations
 
+from shared.model_config.ragged_rules import check_ragged
 from shared.model_config.rate_limiter import check_rate_limiters, check_shape_tensors
 from shared.model_config.sequence_rules import check_sequence_batching
 from shared.model_config.structs import ModelConfig
@@ -61,5 +62,6 @@ def validate(config: ModelConfig, source: str) -> None:
         if group.count < 1:
             fail("instance_group.count", f"is {group.count}; expected 1 or more")
     check_sequence_batching(config, source)
+    check_ragged(config, source)
     check_rate_limiters(config, source)
     check_shape_tensors(config, source)

@@ -26,7 +26,7 @@ from shared.wire import batch_entry, envelope, keys, sequence_params, tensors
 from shared.wire.envelope import InferRequest, Reply, Timing
 from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import ModelInstance, ModelRequest
-from workers.batches import poison
+from workers.batches import poison, ragged
 from workers.batches.batch_outcome import Outcome
 from workers.batches.cancel_check import drop_cancelled
 from workers.batches.executions import Executions, inline_bound_us
@@ -191,6 +191,7 @@ class BatchProcessor:
                 replies.append((request.reply_to, _error(request, exc.code, exc.message)))
         if not accepted:
             return replies
+        ragged.add_batch_inputs(config, model_requests)
         in_flight = metrics.child(metrics.EXECUTIONS_IN_FLIGHT, config.name, loaded.version)
         in_flight.inc()
         started_ns = time.time_ns()

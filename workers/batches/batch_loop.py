@@ -203,19 +203,23 @@ class BatchLoop:
         lane: Lane,
         defer: bool = False,
     ) -> Outcome | None:
-        """A batch whose processing failed (Redis gone mid-batch, the backend raising) stays
-        pending in Redis; it is tried again here, counted as a delivery, so one that keeps
-        failing is answered with errors and dead-lettered after max_deliveries. ``defer``: an
-        ordinary batch's replies and ack are returned, to be sent with the next read."""
+        """A batch whose processing failed (Redis gone mid-batch, the backend raising) stays pending
+        in Redis; it is tried again here, counted as a delivery, so one that keeps failing is
+        answered with errors and dead-lettered after max_deliveries. ``defer``: an ordinary batch's
+        replies and ack are returned, sent with the next read (``preserve_ordering``: sent here)."""
         held = self._gate.held(loaded, instance) if self._gate else contextlib.nullcontext()
-        try:
-            async with held:
-                done = await self._process(loaded, instance, entry, defer)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            await self._retry_later(entry, lane, exc, loaded.name)
-            return None
+        with lane.order.entered(loaded.model.config, entry.entry_id) as ordered:
+            try:
+                async with held:
+                    done = await self._process(loaded, instance, entry, defer or ordered)
+                if ordered and isinstance(done, Outcome):  # after its earlier batches, unheld
+                    await lane.order.in_turn(entry.entry_id, self._send_alone(done, lane))
+                    return None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                await self._retry_later(entry, lane, exc, loaded.name)
+                return None
         if isinstance(done, Outcome):
             return done
         if done is None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shared.fleet import streams
+from workers.batches.ordering import OrderGate
 
 
 @dataclass
@@ -29,6 +30,8 @@ class Lane:
     # Each loop's way to end its blocking read at once (``shared.runtime.wakeable_read``): the reads
     # block long, so news for the loops (a batch to take, a stop) wakes them.
     wakers: set[Callable[[], None]] = field(default_factory=set)
+    # ``preserve_ordering``: replies leave in batch-stream order (``workers.batches.ordering``).
+    order: OrderGate = field(default_factory=OrderGate)
 
     def put(self, entry: streams.Entry) -> None:
         self.held.add(entry.entry_id)

@@ -37,6 +37,7 @@ from shared.wire import deadlines, envelope, tensors
 from shared.wire.envelope import InferRequest, Reply
 from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Execution, ModelInstance, ModelRequest
+from workers.batches import ragged
 from workers.batches.cancel_check import POLL_S, cancelled_ids
 from workers.batches.stream_sink import LoopSink, ack_streamed, numbered, output_datatype
 from workers.loading.loader import LoadedVersion
@@ -136,6 +137,7 @@ class StreamBatch:
         execution = None
         # Cancels and deadlines are watched from now on, while execute runs too.
         watch = asyncio.create_task(self._watch(config.name))
+        ragged.add_batch_inputs(config, model_requests)
         if model_requests:
             sink = LoopSink(asyncio.get_running_loop(), self.frame)
             metrics.child(metrics.EXECUTIONS_IN_FLIGHT, config.name, self._loaded.version).inc()

@@ -21,6 +21,7 @@ from shared.model_config import ModelConfig
 from shared.wire import datatypes, tensors
 from shared.wire.errors import ConchError, invalid
 from workers.backend import ModelInstance, ModelRequest
+from workers.batches import ragged
 
 WARMUP_DIR = "warmup"
 _SEED = 0
@@ -44,16 +45,16 @@ def warmup_batches(config: ModelConfig, version_path: Path) -> list[list[ModelRe
             for input_name, spec in setting.get("inputs", {}).items()
         }
         for repeat in range(max(int(setting.get("count", 0) or 0), 1)):
-            batches.append(
-                [
-                    ModelRequest(
-                        id=f"warmup-{name}-{repeat}-{i}",
-                        inputs=inputs,
-                        requested_outputs=config.output_names,
-                    )
-                    for i in range(batch_size)
-                ]
-            )
+            batch = [
+                ModelRequest(
+                    id=f"warmup-{name}-{repeat}-{i}",
+                    inputs=inputs,
+                    requested_outputs=config.output_names,
+                )
+                for i in range(batch_size)
+            ]
+            ragged.add_batch_inputs(config, batch)  # a warmup batch is a batch like any other
+            batches.append(batch)
     return batches
 
 
