@@ -228,3 +228,25 @@ def test_after_grpc_fuzzing_redis_holds_no_orphan(
     reply = stub.ModelInfer(request, timeout=ANSWER_WITHIN_S)
     assert reply.outputs[0].name in ("OUTPUT0", "PID")
     assert orphans(fuzz_mesh.redis_url) == {"queued": 0, "pending": 0, "dead-lettered": 0}
+
+
+def test_deep_config_override_over_grpc_is_a_client_error(fuzz_mesh: Mesh) -> None:
+    """JSON inside a proto: a ``RepositoryModelLoad`` config override nested far past the
+    gateway's bound is INVALID_ARGUMENT, not INTERNAL."""
+    from tests.fuzz.conftest import ADMIN_TOKEN
+
+    channel = grpc.insecure_channel(f"127.0.0.1:{fuzz_mesh.grpc_port}")  # type: ignore[attr-defined]
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    request = service_pb2.RepositoryModelLoadRequest(model_name="fuzz_deep")
+    request.parameters["config"].string_param = '{"a":' + "[" * 50_000 + "]" * 50_000 + "}"
+    try:
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.RepositoryModelLoad(
+                request,
+                timeout=ANSWER_WITHIN_S,
+                metadata=[("authorization", f"Bearer {ADMIN_TOKEN}")],
+            )
+    finally:
+        channel.close()
+    assert caught.value.code() in CLIENT_ERRORS, caught.value.details()
+    assert "levels deep" in (caught.value.details() or "")
