@@ -3,6 +3,9 @@ field, the binary tensor extension with lying lengths, compressed bodies, and ra
 
 The strategies stay close to the protocol (real model, input and datatype names mixed with junk)
 so that most examples get past the first check and exercise the deeper ones.
+
+Longer than 300 lines because the hostile-input classes (nesting, 64-bit integers, version
+states) sit beside the generic strategies they extend, sharing their names and cases.
 """
 
 from __future__ import annotations
