@@ -14,6 +14,7 @@ from litestar.types import ExceptionHandlersMap
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.core.json_depth import MAX_JSON_DEPTH
 from shared.runtime.ids import new_id
 from shared.runtime.logs import request_id_var
 from shared.wire.errors import ConchError, ErrorCode
@@ -122,10 +123,23 @@ def unexpected_error_handler(request: Request[Any, Any, Any], exc: Exception) ->
     return Response(content=body, status_code=status, media_type=media_type, headers=headers)
 
 
+def too_deep_handler(request: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:
+    """A body Litestar decoded for a route (admin, repository, extensions) nested past the
+    decoder's recursion bound: the client's input, so a 400 naming the bound (the inference
+    bodies are checked before decoding: ``gateway.core.json_depth``)."""
+    log.warning("request body too deeply nested", extra={"where": request.url.path})
+    return error_response(
+        ErrorCode.INVALID_ARG,
+        f"the request body is nested too deeply to decode; expected at most {MAX_JSON_DEPTH} "
+        "levels of arrays and objects",
+    )
+
+
 EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     ConchError: conch_error_handler,
     HTTPException: http_error_handler,
     RedisConnectionError: redis_error_handler,
     RedisTimeoutError: redis_error_handler,
+    RecursionError: too_deep_handler,
     Exception: unexpected_error_handler,
 }

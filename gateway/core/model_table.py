@@ -32,6 +32,8 @@ from shared.wire.errors import ConchError, invalid, not_found, unavailable
 
 log = logging.getLogger(__name__)
 
+INT64_MAX = 2**63 - 1
+
 
 class ModelTable:
     def __init__(self, r: aioredis.Redis, on_stale: Callable[[], None] | None = None):
@@ -123,10 +125,19 @@ class ModelTable:
         """Why there is no ready ``model`` (``version``): loading (503) or unknown (404)."""
         found = self.expectations if found is None else found
         expected = self.expected if expected is None else expected
-        on_disk = found.index[model].versions if model in expected else []
-        if model in expected and (version is None or not on_disk or version in on_disk):
-            if version is None and on_disk:
-                version = max(on_disk)
+        served = self._served_versions(model, found) if model in expected else []
+        if (
+            model in expected
+            and not served
+            and model in self.configs
+            and found.index[model].versions
+        ):
+            # Loaded with a policy that serves none of the versions on disk (or all of them
+            # unloaded): nothing will become ready, as in Triton.
+            return not_found(f"Request for unknown model: '{model}' has no available versions")
+        if model in expected and (version is None or not served or version in served):
+            if version is None and served:
+                version = max(served)
             which = f"'{model}'" if version is None else f"'{model}' version {version}"
             return unavailable(f"Request for unknown model: {which} is not at ready state")
         failed = found.load_errors.get(model)
@@ -139,6 +150,18 @@ class ModelTable:
             return not_found(f"Request for unknown model: '{model}' version {version} is not found")
         return not_found(f"Request for unknown model: '{model}' is not found")
 
+    def _served_versions(self, model: str, found: Expectations) -> list[int]:
+        """The versions the model's version policy serves: those on disk that the policy
+        selects, less those unloaded through the repository API. Any other version is never
+        loaded, so it is unknown (404, Triton's "is not found"), not loading (503: a client
+        would retry it forever). Without a published config, every version on disk."""
+        on_disk = found.index[model].versions
+        config = self.configs.get(model)
+        selected = config.version_policy.select(on_disk) if config is not None else on_disk
+        state = found.states.get(model)
+        excluded = set(state.excluded) if state is not None else set()
+        return [v for v in selected if v not in excluded]
+
     def resolve_version(self, model: str, version: str | None) -> int:
         """An explicit version must exist; otherwise the newest version with a live worker."""
         self.config(model)
@@ -147,9 +170,13 @@ class ModelTable:
             try:
                 number = int(version)
             except ValueError:  # Triton's text (clients match on it)
+                number = INT64_MAX + 1
+            if not -INT64_MAX - 1 <= number <= INT64_MAX:  # Triton reads an int64 (stoll)
                 raise invalid(
                     f"failed to get model version from specified version string '{version}'"
-                ) from None
+                )
+            if number == -1:  # Triton's "latest"
+                return self.resolve_version(model, None)
             if number not in known:
                 raise self._missing(model, number)
             return number

@@ -11,7 +11,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
-from gateway.core.request import ParsedRequest, RequestedOutput, check_binary
+from gateway.core.request import ParsedRequest, RequestedOutput, check_binary, check_shape
 from gateway.extensions.shm_params import ShmRef, shm_ref
 from shared.wire import datatypes, sequence_params, tensors
 from shared.wire.envelope import Tensor
@@ -64,8 +64,7 @@ def parse_grpc_request(request: service_pb2.ModelInferRequest) -> ParsedRequest:
                 f"input '{name}' has unknown datatype '{datatype}'; expected one of "
                 f"{', '.join(datatypes.NAMES)}"
             )
-        if any(d < 0 for d in shape):
-            raise invalid(f"input '{name}' has invalid shape {shape}; expected sizes >= 0")
+        check_shape(name, shape, datatype)  # int64 by type; the element count they make is not
         if name in shm:
             data = b""
         elif raw:

@@ -13,6 +13,7 @@ import msgspec
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
+from gateway.core.json_depth import check_json_depth
 from shared.storage import model_files
 from shared.storage.model_paths import confined
 from shared.wire.errors import invalid
@@ -54,6 +55,7 @@ def load_request(model: str, parameters: dict[str, Any], max_bytes: int) -> Load
 
 def _config(model: str, value: Any) -> dict[str, Any]:
     if isinstance(value, bytes | str):
+        check_json_depth(value, f"the config override of '{model}'")
         try:
             value = msgspec.json.decode(value)
         except msgspec.DecodeError as exc:

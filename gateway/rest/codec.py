@@ -10,7 +10,14 @@ from typing import Any
 
 import msgspec
 
-from gateway.core.request import ParsedRequest, RequestedOutput, check_binary
+from gateway.core.json_depth import check_json_depth
+from gateway.core.request import (
+    ParsedRequest,
+    RequestedOutput,
+    check_binary,
+    check_parameters,
+    check_shape,
+)
 from gateway.extensions.shm_params import REGION, ShmRef, shm_ref
 from shared.wire import datatypes, tensors
 from shared.wire.envelope import Tensor
@@ -63,6 +70,7 @@ def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest
         json_part, binary = body[:length], memoryview(body)[length:]
     if not json_part:
         raise invalid("request body is empty; expected a JSON inference request")
+    check_json_depth(json_part)
     try:
         request = _decode_request(json_part)
     except msgspec.ValidationError as exc:
@@ -82,10 +90,8 @@ def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest
                 f"input '{item.name}' has unknown datatype '{item.datatype}'; expected one of "
                 f"{', '.join(datatypes.NAMES)}"
             )
-        if any(not isinstance(d, int) or d < 0 for d in item.shape):
-            raise invalid(
-                f"input '{item.name}' has invalid shape {item.shape}; expected sizes >= 0"
-            )
+        check_shape(item.name, item.shape, item.datatype)
+        check_parameters(item.parameters, f"input '{item.name}'")
         size = item.parameters.get("binary_data_size")
         ref = shm_ref("input", item.name, item.parameters)
         if ref is not None:
@@ -116,6 +122,9 @@ def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest
             f"the request has {len(binary) - offset} bytes of binary data that no input claims "
             "(check binary_data_size)"
         )
+    check_parameters(request.parameters, "the request")
+    for output in request.outputs:
+        check_parameters(output.parameters, f"output '{output.name}'")
     binary_default = bool(request.parameters.get("binary_data_output", False))
     outputs = [
         RequestedOutput(

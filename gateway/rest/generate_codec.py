@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from gateway.core.json_depth import check_json_depth
 from gateway.core.request import ParsedRequest
 from gateway.rest.codec import parse_infer_request
 from shared.model_config import ModelConfig
@@ -27,6 +28,7 @@ _SCALARS = (str, int, float, bool)
 
 def parse_generate_request(config: ModelConfig, body: bytes) -> ParsedRequest:
     try:
+        check_json_depth(body, "the generate request")
         request = msgspec.json.decode(body) if body else None
     except msgspec.DecodeError as exc:
         raise invalid(f"failed to parse the request JSON buffer: {exc}") from None

@@ -3,6 +3,9 @@ field, the binary tensor extension with lying lengths, compressed bodies, and ra
 
 The strategies stay close to the protocol (real model, input and datatype names mixed with junk)
 so that most examples get past the first check and exercise the deeper ones.
+
+Longer than 300 lines because the hostile-input classes (nesting, 64-bit integers, version
+states) sit beside the generic strategies they extend, sharing their names and cases.
 """
 
 from __future__ import annotations
@@ -211,3 +214,137 @@ def gzip_bomb(decompressed_bytes: int) -> bytes:
         parts.append(compressor.compress(chunk))
     parts.append(compressor.flush())
     return b"".join(parts)
+
+
+# -- the classes a held-out hostile suite found (issue 28): taught as classes, not cases -------
+
+# Integers at and past every 64-bit edge.
+EDGES = [
+    2**63 - 1, 2**63, 2**64 - 1, 2**64, 2**70, -1, -(2**63), -(2**63) - 1, -(2**64), 0, 1,
+]  # fmt: skip
+# Nesting depths around and far past the gateway's bound (100 levels).
+DEPTHS = st.one_of(st.integers(1, 110), st.sampled_from([500, 1000, 5000, 100_000]))
+NEST_PLACES = ["data", "parameters", "input parameters", "output parameters", "unknown field", "id"]
+
+
+def _simple_body() -> dict[str, Any]:
+    """A request ``simple`` answers: two INT32 [1, 16] inputs."""
+    return {
+        "inputs": [
+            {"name": n, "shape": [1, 16], "datatype": "INT32", "data": list(range(16))}
+            for n in ("INPUT0", "INPUT1")
+        ]
+    }
+
+
+def _nest(depth: int, kind: str, leaf: Any) -> Any:
+    for _ in range(depth):
+        leaf = [leaf] if kind == "list" else {"k": leaf}
+    return leaf
+
+
+@st.composite
+def nesting_case(draw: st.DrawFn) -> HttpCase:
+    """JSON nested 1..N levels, around and past the bound, wherever a client can nest."""
+    body = _simple_body()
+    depth = draw(DEPTHS)
+    value = _nest(depth, draw(st.sampled_from(["list", "dict"])), draw(st.sampled_from([1, "a"])))
+    place = draw(st.sampled_from(NEST_PLACES))
+    tensor = body["inputs"][0]
+    if place == "data":
+        tensor["data"] = value
+    elif place == "parameters":
+        body["parameters"] = {"x": value}
+    elif place == "input parameters":
+        tensor["parameters"] = {"x": value}
+    elif place == "output parameters":
+        body["outputs"] = [{"name": "OUTPUT0", "parameters": {"x": value}}]
+    elif place == "unknown field":
+        body["extra"] = value
+    else:
+        body["id"] = value
+    raw = json.dumps(body).encode() if depth < 900 else deep_json(body, value)
+    return HttpCase("simple", raw, {"Content-Type": "application/json"}, kind="nesting")
+
+
+def deep_json(body: dict[str, Any], value: Any) -> bytes:
+    """``body`` as JSON, with ``value`` (nested lists or ``{"k": ...}`` objects, however deep)
+    written by hand: ``json.dumps`` recurses too."""
+    depth, kind, leaf = 0, "list", value
+    while isinstance(leaf, list | dict):
+        kind = "list" if isinstance(leaf, list) else "dict"
+        leaf = leaf[0] if isinstance(leaf, list) else leaf["k"]
+        depth += 1
+    opening, closing = ("[", "]") if kind == "list" else ('{"k":', "}")
+    deep = opening * depth + json.dumps(leaf) + closing * depth
+    marked = json.dumps(_replace(body, value, "\x00DEEP\x00"))
+    return marked.replace(json.dumps("\x00DEEP\x00"), deep).encode()
+
+
+def _replace(node: Any, target: Any, marker: str) -> Any:
+    if node is target:
+        return marker
+    if isinstance(node, dict):
+        return {k: _replace(v, target, marker) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_replace(v, target, marker) for v in node]
+    return node
+
+
+INTEGER_PLACES = [
+    "priority", "timeout", "sequence_id", "custom parameter", "nested parameter",
+    "binary_data_size", "input parameter", "classification", "shared_memory_offset",
+    "dim", "zero dim beside huge ones", "batch dim",
+]  # fmt: skip
+
+
+@st.composite
+def integer_case(draw: st.DrawFn) -> HttpCase:
+    """One integer field or parameter of a request ``simple`` answers, set at or past 64 bits."""
+    body = _simple_body()
+    value = draw(st.sampled_from(EDGES))
+    place = draw(st.sampled_from(INTEGER_PLACES))
+    tensor = body["inputs"][0]
+    if place in ("priority", "timeout", "sequence_id"):
+        body["parameters"] = {place: value}
+    elif place == "custom parameter":
+        body["parameters"] = {"x": value}
+    elif place == "nested parameter":
+        body["parameters"] = {"x": {"y": [value]}}
+    elif place == "input parameter":
+        tensor["parameters"] = {"x": value}
+    elif place in ("classification", "shared_memory_offset"):
+        body["outputs"] = [{"name": "OUTPUT0", "parameters": {place: value}}]
+    elif place == "dim":
+        tensor["shape"] = [1, value]
+    elif place == "zero dim beside huge ones":
+        tensor["shape"] = [0, value, value]
+        tensor["data"] = []
+    elif place == "batch dim":
+        for t in body["inputs"]:
+            t["shape"] = [value, 16]
+    if place == "binary_data_size":  # the binary extension, with a size that lies
+        del tensor["data"]
+        tensor["parameters"] = {"binary_data_size": value}
+        header = json.dumps(body).encode()
+        return HttpCase(
+            "simple",
+            header + bytes(64),
+            {"Content-Type": "application/octet-stream",
+             "Inference-Header-Content-Length": str(len(header))},
+            kind="integers",
+        )  # fmt: skip
+    return HttpCase(
+        "simple", json.dumps(body).encode(), {"Content-Type": "application/json"}, kind="integers"
+    )
+
+
+# Versions of the fuzz mesh's ``versioned`` model (on disk 1 and 2, policy ``specific [2]``):
+# what each one must get. Anything else drawn (junk strings) must get a 4xx.
+VERSION_ANSWERS = {
+    "": 200, "2": 200, "-1": 200,  # the policy's version; "-1" is Triton's latest
+    "1": 404,  # on disk, not in the version policy
+    "3": 404, "7": 404, "0": 404, "-2": 404,  # never existed
+    "9223372036854775808": 400, "99999999999999999999": 400, "-9223372036854775809": 400,
+}  # fmt: skip
+versions = st.one_of(st.sampled_from(sorted(VERSION_ANSWERS)), st.text(max_size=6))

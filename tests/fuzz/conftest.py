@@ -16,7 +16,7 @@ from tests.mesh import Mesh, flush_database
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "fuzz-admin-token"
-MODELS = ["simple", "tokenizer", "chaos_recorder"]
+MODELS = ["simple", "tokenizer", "chaos_recorder", "versioned"]
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +29,24 @@ def fuzz_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
          "--model", "chaos_recorder"],
     ):  # fmt: skip
         subprocess.run([sys.executable, *argv], check=True, capture_output=True)
+    _versioned(repo)
     return repo
+
+
+def _versioned(repo: Path) -> None:
+    """``versioned``: ``simple_ab`` (OUTPUT0 = v * INPUT0) with versions 1 and 2 on disk and a
+    policy that serves only 2, for the version states the fuzzers draw."""
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "make_models.py"), str(repo), "--model",
+         "simple_ab"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (repo / "simple_ab").rename(repo / "versioned")
+    config = repo / "versioned" / "config.pbtxt"
+    text = config.read_text().replace('"simple_ab"', '"versioned"')
+    policy = "version_policy {\n  all {}\n}"
+    assert policy in text, text
+    config.write_text(text.replace(policy, "version_policy { specific { versions: [ 2 ] } }"))
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,16 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from tests.fuzz.bodies import DATATYPES, HUGE, INPUT_NAMES, MODELS, OUTPUT_NAMES
+from tests.fuzz.bodies import (
+    DATATYPES,
+    EDGES,
+    HUGE,
+    INPUT_NAMES,
+    MODELS,
+    OUTPUT_NAMES,
+    VERSION_ANSWERS,
+    versions,
+)
 from tests.fuzz.checks import ANSWER_WITHIN_S, Tally, orphans
 from tests.mesh import Mesh
 
@@ -32,7 +41,12 @@ CLIENT_ERRORS = {
     grpc.StatusCode.OUT_OF_RANGE,
     grpc.StatusCode.UNIMPLEMENTED,
 }
-int64 = st.one_of(st.integers(-3, 40), st.sampled_from([h for h in HUGE if -(2**63) <= h < 2**63]))
+int64 = st.one_of(
+    st.integers(-3, 40), st.sampled_from([h for h in HUGE + EDGES if -(2**63) <= h < 2**63])
+)
+uint64 = st.one_of(
+    st.integers(0, 2**64 - 1), st.sampled_from([h for h in HUGE + EDGES if 0 <= h < 2**64])
+)
 
 
 @st.composite
@@ -47,12 +61,24 @@ def parameter(draw: st.DrawFn) -> service_pb2.InferParameter:
     if kind == "double":
         return service_pb2.InferParameter(double_param=draw(st.floats()))
     if kind == "uint64":
-        return service_pb2.InferParameter(uint64_param=draw(st.integers(0, 2**64 - 1)))
+        return service_pb2.InferParameter(uint64_param=draw(uint64))
     return service_pb2.InferParameter()
 
 
 parameters = st.dictionaries(
-    st.sampled_from(["priority", "timeout", "binary_data_size", "sequence_id", "x", ""]),
+    st.sampled_from(
+        [
+            "priority",
+            "timeout",
+            "binary_data_size",
+            "sequence_id",
+            "sequence_start",
+            "classification",
+            "shared_memory_offset",
+            "x",
+            "",
+        ]
+    ),
     parameter(),
     max_size=3,
 )
@@ -84,7 +110,7 @@ def contents(draw: st.DrawFn) -> service_pb2.InferTensorContents:
 def infer_request(draw: st.DrawFn) -> service_pb2.ModelInferRequest:
     request = service_pb2.ModelInferRequest(
         model_name=draw(st.one_of(st.sampled_from(MODELS), st.text(max_size=10))),
-        model_version=draw(st.sampled_from(["", "1", "2", "-1", "x", "99999999999999999999"])),
+        model_version=draw(versions),
         id=draw(st.text(max_size=12)),
     )
     for key, value in draw(parameters).items():
@@ -159,6 +185,40 @@ def test_hostile_grpc_requests_full(stub: service_pb2_grpc.GRPCInferenceServiceS
     run(stub, examples=5000, fixed=False)
 
 
+GRPC_ANSWERS = {200: grpc.StatusCode.OK, 404: grpc.StatusCode.NOT_FOUND,
+                400: grpc.StatusCode.INVALID_ARGUMENT}  # fmt: skip
+
+
+def test_every_version_state_short(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
+    """Every version state of ``versioned``: its status exactly, never UNAVAILABLE for a version
+    the policy does not serve (a client would retry it forever)."""
+    tally = Tally("grpc versions")
+
+    @settings(max_examples=60, deadline=None, derandomize=True, database=None,
+              phases=[Phase.explicit, Phase.generate],
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(version=versions)
+    def one(version: str) -> None:
+        request = service_pb2.ModelInferRequest(model_name="versioned", model_version=version)
+        tensor = request.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 1])
+        tensor.contents.int_contents.append(3)
+        started = time.monotonic()
+        try:
+            stub.ModelInfer(request, timeout=ANSWER_WITHIN_S)
+            code, detail = grpc.StatusCode.OK, ""
+        except grpc.RpcError as exc:
+            code, detail = exc.code(), exc.details() or ""
+        tally.add(code.name, time.monotonic() - started)
+        assert code is grpc.StatusCode.OK or code in CLIENT_ERRORS, f"{version!r}: {detail}"
+        if version in VERSION_ANSWERS:
+            assert code is GRPC_ANSWERS[VERSION_ANSWERS[version]], (version, code, detail)
+
+    try:
+        one()
+    finally:
+        tally.record()
+
+
 def test_after_grpc_fuzzing_redis_holds_no_orphan(
     fuzz_mesh: Mesh, stub: service_pb2_grpc.GRPCInferenceServiceStub
 ) -> None:
@@ -168,3 +228,25 @@ def test_after_grpc_fuzzing_redis_holds_no_orphan(
     reply = stub.ModelInfer(request, timeout=ANSWER_WITHIN_S)
     assert reply.outputs[0].name in ("OUTPUT0", "PID")
     assert orphans(fuzz_mesh.redis_url) == {"queued": 0, "pending": 0, "dead-lettered": 0}
+
+
+def test_deep_config_override_over_grpc_is_a_client_error(fuzz_mesh: Mesh) -> None:
+    """JSON inside a proto: a ``RepositoryModelLoad`` config override nested far past the
+    gateway's bound is INVALID_ARGUMENT, not INTERNAL."""
+    from tests.fuzz.conftest import ADMIN_TOKEN
+
+    channel = grpc.insecure_channel(f"127.0.0.1:{fuzz_mesh.grpc_port}")  # type: ignore[attr-defined]
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    request = service_pb2.RepositoryModelLoadRequest(model_name="fuzz_deep")
+    request.parameters["config"].string_param = '{"a":' + "[" * 50_000 + "]" * 50_000 + "}"
+    try:
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.RepositoryModelLoad(
+                request,
+                timeout=ANSWER_WITHIN_S,
+                metadata=[("authorization", f"Bearer {ADMIN_TOKEN}")],
+            )
+    finally:
+        channel.close()
+    assert caught.value.code() in CLIENT_ERRORS, caught.value.details()
+    assert "levels deep" in (caught.value.details() or "")

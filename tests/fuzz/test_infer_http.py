@@ -9,9 +9,11 @@ long form (``chaos`` marker, ``make chaos``) draws many more, at random.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -20,13 +22,29 @@ import tritonclient.http as httpclient
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzz.bodies import HttpCase, binary_case, compressed_case, gzip_bomb, json_case
+from tests.fuzz.bodies import (
+    VERSION_ANSWERS,
+    HttpCase,
+    binary_case,
+    compressed_case,
+    gzip_bomb,
+    integer_case,
+    json_case,
+    nesting_case,
+    versions,
+)
 from tests.fuzz.checks import ANSWER_WITHIN_S, Tally, check_http_answer, orphans, timed_post
 from tests.mesh import Mesh
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
-CLASSES = {"json": json_case(), "binary": binary_case(), "compressed": compressed_case()}
+CLASSES = {
+    "json": json_case(),
+    "binary": binary_case(),
+    "compressed": compressed_case(),
+    "nesting": nesting_case(),
+    "integers": integer_case(),
+}
 
 
 def fuzz_settings(examples: int, fixed: bool) -> settings:
@@ -73,6 +91,38 @@ def test_hostile_bodies_short(client: httpx.Client, name: str) -> None:
 @pytest.mark.parametrize("name", list(CLASSES))
 def test_hostile_bodies_full(client: httpx.Client, name: str) -> None:
     run_class(client, name, examples=3000, fixed=False)
+
+
+def run_versions(client: httpx.Client, examples: int, fixed: bool) -> None:
+    """Every version state of ``versioned``: its answer exactly, and never a 5xx (a 503 for a
+    version the policy does not serve tells a client to retry forever)."""
+    tally = Tally("http versions")
+    body = json.dumps(
+        {"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "INT32", "data": [3]}]}
+    ).encode()
+
+    @fuzz_settings(examples, fixed)
+    @given(version=versions)
+    def one(version: str) -> None:
+        path = "/v2/models/versioned/infer"
+        if version:
+            path = f"/v2/models/versioned/versions/{quote(version, safe='')}/infer"
+        response, seconds = timed_post(
+            client, path, content=body, headers={"Content-Type": "application/json"}
+        )
+        tally.add(str(response.status_code), seconds)
+        check_http_answer(response, seconds)
+        if version in VERSION_ANSWERS:
+            assert response.status_code == VERSION_ANSWERS[version], (version, response.text)
+
+    try:
+        one()
+    finally:
+        tally.record()
+
+
+def test_every_version_state_short(client: httpx.Client) -> None:
+    run_versions(client, examples=60, fixed=True)
 
 
 @pytest.mark.parametrize("megabytes", [256])
