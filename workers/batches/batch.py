@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 from shared import metrics
 from shared.fleet import streams
 from shared.fleet.cancel_listener import CancelledRequests
+from shared.metrics import response_stats
 from shared.runtime import tracing
 from shared.wire import batch_entry, envelope, keys, sequence_params, tensors
 from shared.wire.envelope import InferRequest, Reply, Timing
@@ -170,6 +171,9 @@ class BatchProcessor:
         model_requests: list[ModelRequest] = []
         replies: list[tuple[str, Reply]] = []
         accepted: list[tuple[int, InferRequest]] = []
+        # compute_input as Triton defines it: preparing the input tensors for the model (here
+        # from the wire form), plus what the backend itself spends (a batch's concatenation).
+        input_started = time.perf_counter_ns()
         for index, request in runnable:
             try:
                 sequence = sequence_params.lenient(request.parameters)
@@ -191,6 +195,7 @@ class BatchProcessor:
                 replies.append((request.reply_to, _error(request, exc.code, exc.message)))
         if not accepted:
             return replies
+        input_ns = time.perf_counter_ns() - input_started
         in_flight = metrics.child(metrics.EXECUTIONS_IN_FLIGHT, config.name, loaded.version)
         in_flight.inc()
         started_ns = time.time_ns()
@@ -204,41 +209,55 @@ class BatchProcessor:
         if tracing.ENABLED:
             _trace_requests("conch.worker.execute", accepted, started_ns, self._id)
         batch_size = sum(r.batch_size for r in model_requests)
-        successes = 0
-        for (index, request), result in zip(accepted, execution.results, strict=True):
-            timing = Timing(
-                queue_ns=queue_ns[index] if index < len(queue_ns) else 0,
-                compute_input_ns=execution.compute_input_ns,
-                compute_infer_ns=execution.compute_infer_ns,
-                compute_output_ns=execution.compute_output_ns,
-                batch_size=batch_size,
-            )
+        # compute_output: extracting the outputs (into the wire form) plus the backend's split.
+        output_started = time.perf_counter_ns()
+        produced: list[list[Any] | Reply] = []
+        for (_, request), result in zip(accepted, execution.results, strict=True):
             if result.error is not None:
-                reply = _error(request, result.error.code, result.error.message)
-            else:
-                try:
-                    outputs = [
+                produced.append(_error(request, result.error.code, result.error.message))
+                continue
+            try:
+                produced.append(
+                    [
                         tensors.from_numpy(
                             name, result.outputs[name], output_datatype(config, name)
                         )
                         for name in (request.outputs or config.output_names)
                     ]
-                except (KeyError, ValueError) as exc:
-                    reply = _error(
+                )
+            except (KeyError, ValueError) as exc:
+                produced.append(
+                    _error(
                         request,
                         ErrorCode.INTERNAL,
                         f"model '{config.name}' produced an unusable output: {exc}",
                     )
-                else:
-                    successes += 1
-                    reply = Reply(
-                        id=request.id,
-                        model=config.name,
-                        version=loaded.version,
-                        outputs=outputs,
-                        timing=timing,
-                        worker=self._id,
-                    )
+                )
+        input_ns += execution.compute_input_ns
+        output_ns = execution.compute_output_ns + time.perf_counter_ns() - output_started
+        infer_ns = execution.compute_infer_ns
+        successes = 0
+        for (index, request), outputs in zip(accepted, produced, strict=True):
+            timing = Timing(
+                queue_ns=queue_ns[index] if index < len(queue_ns) else 0,
+                compute_input_ns=input_ns,
+                compute_infer_ns=infer_ns,
+                compute_output_ns=output_ns,
+                batch_size=batch_size,
+            )
+            if isinstance(outputs, Reply):
+                reply = outputs
+            else:
+                successes += 1
+                reply = Reply(
+                    id=request.id,
+                    model=config.name,
+                    version=loaded.version,
+                    outputs=outputs,
+                    timing=timing,
+                    worker=self._id,
+                )
+            response_stats.computed(stats, 0, infer_ns, output_ns, ok=not reply.error_code)
             replies.append((request.reply_to, reply))
         stats.update(
             {
@@ -248,13 +267,13 @@ class BatchProcessor:
                 "fail_count": len(accepted) - successes,
                 "queue_ns": sum(queue_ns[i] for i, _ in accepted if i < len(queue_ns)),
                 # Per request, as Triton counts them: each request spent the batch's duration.
-                "compute_input_ns": execution.compute_input_ns * len(accepted),
-                "compute_infer_ns": execution.compute_infer_ns * len(accepted),
-                "compute_output_ns": execution.compute_output_ns * len(accepted),
+                "compute_input_ns": input_ns * len(accepted),
+                "compute_infer_ns": infer_ns * len(accepted),
+                "compute_output_ns": output_ns * len(accepted),
                 f"batch:{batch_size}:count": 1,
-                f"batch:{batch_size}:compute_input_ns": execution.compute_input_ns,
-                f"batch:{batch_size}:compute_infer_ns": execution.compute_infer_ns,
-                f"batch:{batch_size}:compute_output_ns": execution.compute_output_ns,
+                f"batch:{batch_size}:compute_input_ns": input_ns,
+                f"batch:{batch_size}:compute_infer_ns": infer_ns,
+                f"batch:{batch_size}:compute_output_ns": output_ns,
             }
         )
         return replies

@@ -31,6 +31,7 @@ from shared import metrics
 from shared.fleet import streams
 from shared.fleet.cancel_marks import CANCELLED_TEXT
 from shared.fleet.publish import queue_replies
+from shared.metrics import response_stats
 from shared.wire import envelope, tensors
 from shared.wire.envelope import InferRequest, Reply
 from shared.wire.errors import ConchError, ErrorCode
@@ -49,6 +50,7 @@ class _Open:
     request: InferRequest
     seq: int = 0
     cancelled: bool = False
+    last_ns: int = 0  # when it sent its previous response (perf_counter_ns)
 
 
 class StreamBatch:
@@ -71,6 +73,8 @@ class StreamBatch:
         self._all_done = asyncio.Event()
         self._stats = {"success_count": 0, "fail_count": 0, "cancel_count": 0}
         self._queue_ns = 0
+        # Triton's compute_input and compute_output; when execute started (perf_counter_ns).
+        self._input_ns = self._output_ns = self._started_ns = 0
 
     async def start(
         self, requests: list[InferRequest], queue_ns: list[int], submit: Submit
@@ -86,6 +90,7 @@ class StreamBatch:
             cancelled = set()
         model_requests: list[ModelRequest] = []
         self._queue_ns = 0
+        input_started = time.perf_counter_ns()
         for index, request in enumerate(requests):
             if request.id in cancelled:
                 self._end(request, ErrorCode.CANCELLED, CANCELLED_TEXT, "cancel_count")
@@ -110,6 +115,8 @@ class StreamBatch:
                     self._queue_ns += queue_ns[index] if index < len(queue_ns) else 0
                 except ConchError as exc:
                     self._end(request, exc.code, exc.message, "fail_count")
+        self._input_ns = time.perf_counter_ns() - input_started
+        self._started_ns = time.perf_counter_ns()
         execution = None
         # Cancels and deadlines are watched from now on, while execute runs too.
         watch = asyncio.create_task(self._watch(config.name))
@@ -141,6 +148,7 @@ class StreamBatch:
         if open_ is None:
             return
         request = open_.request
+        arrived_ns = time.perf_counter_ns()
         if error is None and outputs:
             config = self._loaded.model.config
             try:
@@ -171,6 +179,14 @@ class StreamBatch:
                 numbered(reply, open_.seq, final, self._id),
             )
         )
+        output_ns = time.perf_counter_ns() - arrived_ns
+        self._output_ns += output_ns
+        infer_ns = arrived_ns - (open_.last_ns or self._started_ns)
+        failed, cancelled = error is not None, final and open_.cancelled
+        response_stats.frame(
+            self._stats, open_.seq, infer_ns, output_ns, bool(outputs), failed, cancelled
+        )
+        open_.last_ns = time.perf_counter_ns()
         open_.seq += 1
         if final:
             del self._open[request_id]
@@ -242,9 +258,13 @@ class StreamBatch:
                     "execution_count": 1,
                     "inference_count": size,
                     "queue_ns": self._queue_ns,
+                    "compute_input_ns": self._input_ns * len(ran),
                     "compute_infer_ns": infer_ns * len(ran),
+                    "compute_output_ns": self._output_ns,
                     f"batch:{size}:count": 1,
+                    f"batch:{size}:compute_input_ns": self._input_ns,
                     f"batch:{size}:compute_infer_ns": infer_ns,
+                    f"batch:{size}:compute_output_ns": self._output_ns,
                 }
             )
         await ack_streamed(self._redis, self._id, self._loaded, self._entry, stats)
