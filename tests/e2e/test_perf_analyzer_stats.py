@@ -1,8 +1,9 @@
 """``perf_analyzer``'s server-side breakdown against Conch (issue 28): for a model whose batcher
-waits (``max_queue_delay_microseconds``), the server's compute input and output are measured
-(not 0) and the server-side total (queue + compute input + infer + output, read by perf_analyzer
-from the statistics extension) matches the client's average latency within the client's and the
-gateway's own overhead.
+waits (``max_queue_delay_microseconds``), one client at a time (each request a batch of one after
+the wait: 0 us compute input and output before the fix), the server's compute input and output
+are measured and the server-side total (queue + compute input + infer + output, read by
+perf_analyzer from the statistics extension) matches the client's average latency within the
+client's and the gateway's own overhead.
 
 perf_analyzer is the binary of the ``tritonclient`` 2.40.0 wheel; ``scripts/fetch_perf_analyzer.sh``
 installs it with its two libraries into ``.conch/perf_analyzer`` (or ``CONCH_PERF_ANALYZER_DIR``).
@@ -66,8 +67,8 @@ def test_perf_analyzer_sees_every_server_phase_and_a_total_that_adds_up(
         [
             str(base / "bin" / "perf_analyzer"),
             *("-m", "waits", "-u", waiting_mesh.url, "-i", "http"),
-            *("--concurrency-range", "2", "--measurement-interval", "3000"),
-            *("--stability-percentage", "50", "--max-trials", "4", "-f", str(report)),
+            *("--concurrency-range", "1", "--measurement-interval", "2000"),
+            *("--stability-percentage", "100", "--max-trials", "8", "-f", str(report)),
         ],
         env={**os.environ, "LD_LIBRARY_PATH": str(base / "lib")},
         capture_output=True,
