@@ -382,8 +382,8 @@ def test_statistics_count_sequence_steps(seq_mesh: SequenceMesh) -> None:
     for phase in ("compute_input", "compute_output"):  # measured for every step (issue 28)
         grew = after["inference_stats"][phase]["ns"] - before["inference_stats"][phase]["ns"]
         assert grew > 0, phase
-    answered = lambda stats: stats["response_stats"].get("0", {}).get("success", {}).get("count", 0)  # noqa: E731
-    assert answered(after) - answered(before) == steps
+    answered = [s["response_stats"].get("0", {}).get("success", {}) for s in (before, after)]
+    assert answered[1]["count"] - answered[0].get("count", 0) == steps
 
 
 def sequence_metrics(seq_mesh: SequenceMesh, model: str) -> dict[str, float]:
