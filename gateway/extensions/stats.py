@@ -10,6 +10,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from shared.metrics import response_stats
 from shared.wire import keys
 
 
@@ -48,7 +49,7 @@ def model_stats(name: str, version: int, raw: dict[bytes, bytes]) -> dict[str, A
             # JSON statistics name it the same (not in tritonclient's gRPC message yet).
             "cancel": _pair(values.get("cancel_count", 0), 0),
         },
-        "response_stats": {},
+        "response_stats": response_stats.collect(values),
         "batch_stats": [
             {
                 "batch_size": size,

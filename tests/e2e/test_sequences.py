@@ -379,6 +379,11 @@ def test_statistics_count_sequence_steps(seq_mesh: SequenceMesh) -> None:
     assert after["inference_count"] - before["inference_count"] == steps
     success = after["inference_stats"]["success"]["count"]
     assert success - before["inference_stats"]["success"]["count"] == steps
+    for phase in ("compute_input", "compute_output"):  # measured for every step (issue 28)
+        grew = after["inference_stats"][phase]["ns"] - before["inference_stats"][phase]["ns"]
+        assert grew > 0, phase
+    answered = [s["response_stats"].get("0", {}).get("success", {}) for s in (before, after)]
+    assert answered[1]["count"] - answered[0].get("count", 0) == steps
 
 
 def sequence_metrics(seq_mesh: SequenceMesh, model: str) -> dict[str, float]:

@@ -21,11 +21,13 @@ import redis.asyncio as aioredis
 from shared import metrics
 from shared.fleet import streams
 from shared.fleet.cancel_listener import CancelledRequests
+from shared.metrics import response_stats
+from shared.model_config import ModelConfig
 from shared.runtime import tracing
 from shared.wire import batch_entry, envelope, keys, sequence_params, tensors
 from shared.wire.envelope import InferRequest, Reply, Timing
 from shared.wire.errors import ConchError, ErrorCode
-from workers.backend import ModelInstance, ModelRequest
+from workers.backend import ModelInstance, ModelRequest, ModelResult
 from workers.batches import poison, ragged
 from workers.batches.batch_outcome import Outcome
 from workers.batches.cancel_check import drop_cancelled
@@ -170,6 +172,9 @@ class BatchProcessor:
         model_requests: list[ModelRequest] = []
         replies: list[tuple[str, Reply]] = []
         accepted: list[tuple[int, InferRequest]] = []
+        # compute_input as Triton defines it: preparing the input tensors for the model (here
+        # from the wire form), plus what the backend itself spends (a batch's concatenation).
+        input_started = time.perf_counter_ns()
         for index, request in runnable:
             try:
                 sequence = sequence_params.lenient(request.parameters)
@@ -192,6 +197,7 @@ class BatchProcessor:
         if not accepted:
             return replies
         ragged.add_batch_inputs(config, model_requests)
+        input_ns = time.perf_counter_ns() - input_started
         in_flight = metrics.child(metrics.EXECUTIONS_IN_FLIGHT, config.name, loaded.version)
         in_flight.inc()
         started_ns = time.time_ns()
@@ -205,42 +211,39 @@ class BatchProcessor:
         if tracing.ENABLED:
             _trace_requests("conch.worker.execute", accepted, started_ns, self._id)
         batch_size = sum(r.batch_size for r in model_requests)
+        # compute_output: extracting the outputs (into the wire form) plus the backend's split.
+        output_started = time.perf_counter_ns()
+        produced: list[list[Any] | Reply] = []
+        for (_, request), result in zip(accepted, execution.results, strict=True):
+            produced.append(_wire_outputs(config, request, result))
+        input_ns += execution.compute_input_ns
+        output_ns = execution.compute_output_ns + time.perf_counter_ns() - output_started
+        infer_ns = execution.compute_infer_ns
         successes = 0
-        for (index, request), result in zip(accepted, execution.results, strict=True):
+        for (index, request), outputs, result in zip(
+            accepted, produced, execution.results, strict=True
+        ):
             timing = Timing(
                 queue_ns=queue_ns[index] if index < len(queue_ns) else 0,
-                compute_input_ns=execution.compute_input_ns,
-                compute_infer_ns=execution.compute_infer_ns,
-                compute_output_ns=execution.compute_output_ns,
+                compute_input_ns=input_ns,
+                compute_infer_ns=infer_ns,
+                compute_output_ns=output_ns,
                 batch_size=batch_size,
             )
-            if result.error is not None:
-                reply = _error(request, result.error.code, result.error.message)
+            if isinstance(outputs, Reply):
+                reply = outputs
             else:
-                try:
-                    outputs = [
-                        tensors.from_numpy(
-                            name, result.outputs[name], output_datatype(config, name)
-                        )
-                        for name in (request.outputs or config.output_names)
-                    ]
-                except (KeyError, ValueError) as exc:
-                    reply = _error(
-                        request,
-                        ErrorCode.INTERNAL,
-                        f"model '{config.name}' produced an unusable output: {exc}",
-                    )
-                else:
-                    successes += 1
-                    reply = Reply(
-                        id=request.id,
-                        model=config.name,
-                        version=loaded.version,
-                        outputs=outputs,
-                        timing=timing,
-                        worker=self._id,
-                        parameters=result.parameters,
-                    )
+                successes += 1
+                reply = Reply(
+                    id=request.id,
+                    model=config.name,
+                    version=loaded.version,
+                    outputs=outputs,
+                    timing=timing,
+                    worker=self._id,
+                    parameters=result.parameters,
+                )
+            response_stats.computed(stats, 0, infer_ns, output_ns, ok=not reply.error_code)
             replies.append((request.reply_to, reply))
         stats.update(
             {
@@ -250,13 +253,13 @@ class BatchProcessor:
                 "fail_count": len(accepted) - successes,
                 "queue_ns": sum(queue_ns[i] for i, _ in accepted if i < len(queue_ns)),
                 # Per request, as Triton counts them: each request spent the batch's duration.
-                "compute_input_ns": execution.compute_input_ns * len(accepted),
-                "compute_infer_ns": execution.compute_infer_ns * len(accepted),
-                "compute_output_ns": execution.compute_output_ns * len(accepted),
+                "compute_input_ns": input_ns * len(accepted),
+                "compute_infer_ns": infer_ns * len(accepted),
+                "compute_output_ns": output_ns * len(accepted),
                 f"batch:{batch_size}:count": 1,
-                f"batch:{batch_size}:compute_input_ns": execution.compute_input_ns,
-                f"batch:{batch_size}:compute_infer_ns": execution.compute_infer_ns,
-                f"batch:{batch_size}:compute_output_ns": execution.compute_output_ns,
+                f"batch:{batch_size}:compute_input_ns": input_ns,
+                f"batch:{batch_size}:compute_infer_ns": infer_ns,
+                f"batch:{batch_size}:compute_output_ns": output_ns,
             }
         )
         return replies
@@ -279,3 +282,19 @@ def _trace_requests(
     for _, request in requests:
         if request.trace:
             tracing.record(name, request.trace, started_ns, ended_ns, {"worker": worker})
+
+
+def _wire_outputs(
+    config: ModelConfig, request: InferRequest, result: ModelResult
+) -> list[Any] | Reply:
+    """A request's outputs in the wire form, or the error reply that replaces them."""
+    if result.error is not None:
+        return _error(request, result.error.code, result.error.message)
+    try:
+        return [
+            tensors.from_numpy(name, result.outputs[name], output_datatype(config, name))
+            for name in (request.outputs or config.output_names)
+        ]
+    except (KeyError, ValueError) as exc:
+        message = f"model '{config.name}' produced an unusable output: {exc}"
+        return _error(request, ErrorCode.INTERNAL, message)

@@ -23,7 +23,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,46 +32,20 @@ from shared import metrics
 from shared.fleet import streams
 from shared.fleet.cancel_marks import CANCELLED_TEXT
 from shared.fleet.publish import queue_replies
-from shared.wire import deadlines, envelope, tensors
+from shared.metrics import response_stats
+from shared.wire import envelope, tensors
 from shared.wire.envelope import InferRequest, Reply
 from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Execution, ModelInstance, ModelRequest
 from workers.batches import ragged
 from workers.batches.cancel_check import POLL_S, cancelled_ids
+from workers.batches.open_stream import OpenStream
 from workers.batches.stream_sink import LoopSink, ack_streamed, numbered, output_datatype
 from workers.loading.loader import LoadedVersion
 
 log = logging.getLogger(__name__)
 
 Submit = Callable[..., Awaitable[Execution]]
-
-
-@dataclass
-class _Open:
-    request: InferRequest
-    seq: int = 0
-    cancelled: bool = False
-    # When its last response was sent (ms since epoch; 0: none yet).
-    last_ms: float = 0.0
-
-    def due_ms(self) -> float:
-        r = self.request
-        return deadlines.stream_due_ms(r.deadline_ms, r.silence_ms, r.end_by_ms, self.last_ms)
-
-    def late_error(self, now_ms: float) -> ConchError:
-        r = self.request
-        if r.silence_ms and not (r.end_by_ms and now_ms >= r.end_by_ms):
-            message = (
-                f"Request timeout expired: model '{r.model}' sent no response for "
-                f"{r.silence_ms} ms (the stream silence bound, "
-                "CONCH_GATEWAY_STREAM_SILENCE_TIMEOUT_MS)"
-            )
-        else:
-            message = (
-                "Request timeout expired: the deadline passed while the model was streaming "
-                "responses"
-            )
-        return ConchError(ErrorCode.DEADLINE_EXCEEDED, message)
 
 
 class StreamBatch:
@@ -89,12 +62,14 @@ class StreamBatch:
         self._loaded = loaded
         self._instance = instance
         self._entry = entry
-        self._open: dict[str, _Open] = {}
+        self._open: dict[str, OpenStream] = {}
         self._outgoing: list[tuple[str, Reply]] = []
         self._flushing: asyncio.Task[None] | None = None
         self._all_done = asyncio.Event()
         self._stats = {"success_count": 0, "fail_count": 0, "cancel_count": 0}
         self._queue_ns = 0
+        # Triton's compute_input and compute_output; when execute started (perf_counter_ns).
+        self._input_ns = self._output_ns = self._started_ns = 0
 
     async def start(
         self, requests: list[InferRequest], queue_ns: list[int], submit: Submit
@@ -110,6 +85,7 @@ class StreamBatch:
             cancelled = set()
         model_requests: list[ModelRequest] = []
         self._queue_ns = 0
+        input_started = time.perf_counter_ns()
         for index, request in enumerate(requests):
             if request.id in cancelled:
                 self._end(request, ErrorCode.CANCELLED, CANCELLED_TEXT, "cancel_count")
@@ -130,10 +106,12 @@ class StreamBatch:
                             parameters=request.parameters,
                         )
                     )
-                    self._open[request.id] = _Open(request)
+                    self._open[request.id] = OpenStream(request)
                     self._queue_ns += queue_ns[index] if index < len(queue_ns) else 0
                 except ConchError as exc:
                     self._end(request, exc.code, exc.message, "fail_count")
+        self._input_ns = time.perf_counter_ns() - input_started
+        self._started_ns = time.perf_counter_ns()
         execution = None
         # Cancels and deadlines are watched from now on, while execute runs too.
         watch = asyncio.create_task(self._watch(config.name))
@@ -167,6 +145,7 @@ class StreamBatch:
         if open_ is None:
             return
         request = open_.request
+        arrived_ns = time.perf_counter_ns()
         if error is None and outputs:
             config = self._loaded.model.config
             try:
@@ -198,6 +177,14 @@ class StreamBatch:
                 numbered(reply, open_.seq, final, self._id),
             )
         )
+        output_ns = time.perf_counter_ns() - arrived_ns
+        self._output_ns += output_ns
+        infer_ns = arrived_ns - (open_.last_ns or self._started_ns)
+        failed, cancelled = error is not None, final and open_.cancelled
+        response_stats.frame(
+            self._stats, open_.seq, infer_ns, output_ns, bool(outputs), failed, cancelled
+        )
+        open_.last_ns = time.perf_counter_ns()
         open_.seq += 1
         open_.last_ms = time.time() * 1000
         if final:
@@ -270,9 +257,13 @@ class StreamBatch:
                     "execution_count": 1,
                     "inference_count": size,
                     "queue_ns": self._queue_ns,
+                    "compute_input_ns": self._input_ns * len(ran),
                     "compute_infer_ns": infer_ns * len(ran),
+                    "compute_output_ns": self._output_ns,
                     f"batch:{size}:count": 1,
+                    f"batch:{size}:compute_input_ns": self._input_ns,
                     f"batch:{size}:compute_infer_ns": infer_ns,
+                    f"batch:{size}:compute_output_ns": self._output_ns,
                 }
             )
         await ack_streamed(self._redis, self._id, self._loaded, self._entry, stats)
