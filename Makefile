@@ -33,6 +33,7 @@ up: models
 install-test: $(PY) prometheus
 	$(PIP) $(TORCH)
 	$(PIP) -e ".[onnx,torch,test,deploy]"
+	@test -x .conch/perf_analyzer/bin/perf_analyzer || scripts/fetch_perf_analyzer.sh
 
 # Prometheus and promtool (Debian) for the observability tests; skipped where already present.
 prometheus:

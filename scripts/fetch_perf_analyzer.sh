@@ -11,7 +11,9 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$dest/bin" "$dest/lib"
 "$root/.venv/bin/pip" download --no-deps --only-binary=:all: --platform manylinux1_x86_64 \
     -d "$work" tritonclient==2.40.0 nvidia-cuda-runtime-cu12
-(cd "$work" && apt-get download libb64-0d)
+# apt-get download needs the package lists; a fresh machine may have none yet.
+(cd "$work" && apt-get download libb64-0d 2>/dev/null) \
+    || { ${SUDO:-} apt-get update -qq && (cd "$work" && apt-get download libb64-0d); }
 unzip -qjo "$work"/tritonclient-2.40.0-*.whl 'tritonclient-2.40.0.data/data/bin/perf_analyzer' -d "$dest/bin"
 unzip -qjo "$work"/nvidia_cuda_runtime_cu12-*.whl 'nvidia/cuda_runtime/lib/libcudart.so.12' -d "$dest/lib"
 dpkg-deb -x "$work"/libb64-0d_*.deb "$work/b64"
