@@ -123,6 +123,20 @@ def test_an_instance_needing_more_than_is_available_fails_its_load() -> None:
     assert len(placements(config, Devices(available=parse_available(["R1:1"])), 0)) == 2  # off
 
 
+def test_a_sequence_model_with_a_rate_limiter_is_refused_while_limiting() -> None:
+    """Sequence instances run the sequence batcher's slots, which take no resources: the field
+    would load and change nothing, so it is refused by name (only while limiting is on)."""
+    text = _config(LIMITED).replace(
+        "max_batch_size: 0\n", "max_batch_size: 0\nsequence_batching {}\n"
+    )
+    config = parse_pbtxt(text, SOURCE)
+    limiting = Devices(rate_limit=True, available=parse_available(["R1:2", "R2:1"]))
+    with pytest.raises(ConchError) as refused:
+        placements(config, limiting, 0)
+    assert "field 'instance_group.rate_limiter'" in refused.value.message
+    assert len(placements(config, Devices(), 0)) == 2  # Triton ignores it with --rate-limit=off
+
+
 def test_kind_model_is_placed_without_a_device_for_the_python_backend() -> None:
     group = '{ name: "own" kind: KIND_MODEL count: 2 }'
     found = placements(parse_pbtxt(_config(group), SOURCE), Devices(), visible=2)

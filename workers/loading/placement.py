@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared.model_config import InstanceGroup, ModelConfig
+from shared.model_config.rate_limiter import rate_limiter
 from shared.runtime import gpu
 from shared.wire.errors import ConchError, ErrorCode, invalid
 from workers.ratelimit.resources import EXECUTION_COUNT, Available, check_needs, parse_available
@@ -68,6 +69,15 @@ class Placement:
 def placements(config: ModelConfig, devices: Devices, visible: int) -> list[Placement]:
     """Every instance of ``config`` this worker runs, given ``visible`` GPUs here (pure)."""
     found = _placements(config, devices, visible)
+    if devices.rate_limit and config.sequence_batching is not None:
+        limited = [g.name for g in config.instance_groups if rate_limiter(config, g.name).resources]
+        if limited:
+            raise invalid(
+                f"model '{config.name}': field 'instance_group.rate_limiter' of group "
+                f"'{limited[0]}' is not honoured for sequence models here (their instances run "
+                "the sequence batcher's slots, which take no rate-limiter resources); remove "
+                "it, or run with --rate-limit=off"
+            )
     if devices.rate_limit:
         for placement in found:
             check_needs(config, placement.group.name, placement.gpu, devices.available)
