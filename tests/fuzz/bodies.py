@@ -16,6 +16,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from hypothesis import assume
 from hypothesis import strategies as st
 
 MODELS = ["simple", "tokenizer", "chaos_recorder", "no_such_model", "", "../simple", "simple/.."]
@@ -304,6 +305,10 @@ def integer_case(draw: st.DrawFn) -> HttpCase:
     body = _simple_body()
     value = draw(st.sampled_from(EDGES))
     place = draw(st.sampled_from(INTEGER_PLACES))
+    # A timeout of 1 µs is a deadline the client asked for and that passes before the request
+    # can run: Triton answers it "Request timeout expired" (UNAVAILABLE), and so does Conch.
+    # The class is integers that do not fit, not deadlines that are met.
+    assume(not (place == "timeout" and value == 1))
     tensor = body["inputs"][0]
     if place in ("priority", "timeout", "sequence_id"):
         body["parameters"] = {place: value}
