@@ -49,6 +49,16 @@ needs_prometheus = pytest.mark.skipif(
 )
 
 
+def write_example_models(repository: Path, *models: str) -> Path:
+    """Write the named example models (``examples/make_models.py``) into ``repository``."""
+    names = [arg for model in models for arg in ("--model", model)]
+    script = str(ROOT / "examples" / "make_models.py")
+    subprocess.run(
+        [sys.executable, script, str(repository), *names], check=True, capture_output=True
+    )
+    return repository
+
+
 def start_conch_up(repository: Path, *args: str) -> subprocess.Popen[str]:
     """`conch up` as a user runs it: its own private Redis and a free gRPC port, output piped
     (stdout and stderr together) for the test to read."""

@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -22,7 +20,7 @@ import tritonclient.http.aio as aiohttpclient
 
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
-from tests.mesh import ROOT, Mesh, flush_database
+from tests.mesh import Mesh, flush_database, write_example_models
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
@@ -45,12 +43,7 @@ def gateways(
 ) -> Iterator[Gateways]:
     flush_database(redis_server.url)
     repository = tmp_path_factory.mktemp("compression_models")
-    make_models = str(ROOT / "examples" / "make_models.py")
-    subprocess.run(
-        [sys.executable, make_models, str(repository), "--model", "add_sub"],
-        check=True,
-        capture_output=True,
-    )
+    write_example_models(repository, "add_sub")
     mesh = Mesh(redis_server.url, repository, log_dir=tmp_path_factory.mktemp("compression_logs"))
     plain, high, second_http = free_port(), free_port(), free_port()
     try:

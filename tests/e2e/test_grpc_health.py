@@ -22,7 +22,7 @@ import yaml
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from gateway.grpc import health
-from tests.mesh import ROOT, Mesh, flush_database
+from tests.mesh import ROOT, Mesh, flush_database, write_example_models
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -37,12 +37,7 @@ def starting_mesh(
     """A gateway and a scheduler, but no worker yet: the gateway is up and not ready."""
     flush_database(redis_server.url)
     repository = tmp_path_factory.mktemp("health_models")
-    make_models = str(ROOT / "examples" / "make_models.py")
-    subprocess.run(
-        [sys.executable, make_models, str(repository), "--model", "simple"],
-        check=True,
-        capture_output=True,
-    )
+    write_example_models(repository, "simple")
     port = free_port()
     mesh = Mesh(redis_server.url, repository, log_dir=tmp_path_factory.mktemp("health_logs"))
     try:

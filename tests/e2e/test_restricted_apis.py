@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
-from tests.mesh import ROOT, Mesh, flush_database
+from tests.mesh import ROOT, Mesh, flush_database, write_example_models
 from tests.waiting import retrying_sync
 
 pytestmark = pytest.mark.e2e
@@ -40,12 +40,7 @@ def restricted_mesh(
 ) -> Iterator[tuple[Mesh, str]]:
     flush_database(redis_server.url)
     repository = tmp_path_factory.mktemp("restricted_models")
-    make_models = str(ROOT / "examples" / "make_models.py")
-    subprocess.run(
-        [sys.executable, make_models, str(repository), "--model", "simple"],
-        check=True,
-        capture_output=True,
-    )
+    write_example_models(repository, "simple")
     port = free_port()
     mesh = Mesh(redis_server.url, repository, log_dir=tmp_path_factory.mktemp("restricted_logs"))
     try:
