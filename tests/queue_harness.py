@@ -100,7 +100,8 @@ class Harness:
         add: bool = True,
     ) -> RequestHeader:
         """Enqueue as the gateway does, read as the scheduler does, and hand to the queue."""
-        now = int(time.time() * 1000)
+        now_us = time.time_ns() // 1000
+        now = now_us // 1000
         header = RequestHeader(
             id=rid,
             reply_to=REPLY_TO,
@@ -111,6 +112,7 @@ class Harness:
             enqueued_ms=now - enqueued_ago_ms,
             queue_timeout_us=queue_timeout_us,
             delay_on_timeout=delay_on_timeout,
+            enqueued_us=now_us - enqueued_ago_ms * 1000,
         )
         request = InferRequest(
             id=rid,

@@ -26,7 +26,7 @@ from shared.fleet.fencing import dispatch_args
 from shared.runtime import tracing
 from shared.runtime.ids import new_id
 from shared.wire import envelope
-from shared.wire.envelope import Batch
+from shared.wire.envelope import Batch, RequestHeader
 
 _DISPATCH_SHA = lua.DISPATCH.sha
 
@@ -41,15 +41,22 @@ class Sent:
 
 def new_batch(model: str, version: int, chosen: list[Pending]) -> Batch:
     """The batch of the chosen requests, with each one's time in the queue so far."""
-    now_ms = time.time() * 1000
+    now_ns = time.time_ns()
     return Batch(
         batch_id=new_id(),
         model=model,
         version=version,
-        formed_ms=int(now_ms),
+        formed_ms=now_ns // 1_000_000,
         requests=[p.data for p in chosen],
-        queue_ns=[max(0, int((now_ms - p.header.enqueued_ms) * 1e6)) for p in chosen],
+        queue_ns=[max(0, now_ns - enqueued_ns(p.header)) for p in chosen],
     )
+
+
+def enqueued_ns(header: RequestHeader) -> int:
+    """The request's admission on the wall clock, to the microsecond where its header says."""
+    if header.enqueued_us:
+        return header.enqueued_us * 1000
+    return header.enqueued_ms * 1_000_000
 
 
 async def send(

@@ -58,6 +58,17 @@ class Pending:
         return (self.header.priority, 1 if self.delayed else 0)
 
 
+def arrival_us(header: RequestHeader) -> float:
+    """When the request arrived, on this process's monotonic clock: its admission, when the
+    header says (the batcher's delay then runs from there, not from this scheduler's read, which
+    comes one stream hop later); now otherwise. A clock ahead of the admitting host's can only
+    make the wait look longer (the batch goes sooner), never longer than the delay asked."""
+    now_us = time.monotonic() * 1e6
+    if not header.enqueued_us:
+        return now_us
+    return now_us - max(0.0, time.time_ns() / 1000 - header.enqueued_us)
+
+
 class PendingRequests:
     def __init__(self) -> None:
         self._classes: dict[ClassKey, dict[EntryKey, Pending]] = {}
@@ -82,7 +93,7 @@ class PendingRequests:
         if key in self._held:
             return False
         self._seq += 1
-        item = Pending(header, stream, entry_id, data, time.monotonic() * 1e6, self._seq)
+        item = Pending(header, stream, entry_id, data, arrival_us(header), self._seq)
         self._held[key] = item
         self._class(item.class_key)[key] = item
         heapq.heappush(self._deadlines, (float(header.deadline_ms), item.seq, item))

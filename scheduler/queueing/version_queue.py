@@ -29,7 +29,7 @@ from scheduler.queueing.error_answers import answer_errors
 from scheduler.queueing.pending import Pending, PendingRequests
 from shared import metrics
 from shared.model_config import ModelConfig
-from shared.runtime import tracing
+from shared.runtime import precise_timer, tracing
 from shared.wire import keys
 from shared.wire.envelope import RequestHeader
 from shared.wire.errors import ErrorCode
@@ -170,21 +170,27 @@ class VersionQueue:
                 self._synced_us = now_us
                 if self._backlog < self._limit:
                     return  # capacity freed: decide again at once, the batch may have grown
-        timeout: float | None = None
-        if held:
-            timeout = self._backlog_poll_s
-        elif decision.wake_at_us is not None:
-            timeout = max(0.0, (decision.wake_at_us - now_us) / 1e6)
+        timeout: float | None = self._backlog_poll_s if held else None
         expiry_ms = self._pending.next_expiry_ms()
         if expiry_ms is not None:
             expiry = max(0.0, (expiry_ms - time.time() * 1000) / 1000) + 0.0005
             timeout = expiry if timeout is None else min(timeout, expiry)
         self._arrived.clear()
-        if timeout is None:
-            await self._arrived.wait()
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._arrived.wait(), timeout)
+        # The batcher's delay ends on the precise timer: the loop's own is a millisecond coarse.
+        delay_end = None
+        if not held and decision.wake_at_us is not None:
+            delay_end = precise_timer.TIMER.call_at(
+                decision.wake_at_us / 1e6, self._arrived.set, asyncio.get_running_loop()
+            )
+        try:
+            if timeout is None:
+                await self._arrived.wait()
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), timeout)
+        finally:
+            if delay_end is not None:
+                delay_end.cancel()
 
     def on_batch_done(self) -> None:
         """A worker finished a batch of this version: one more may be sent."""

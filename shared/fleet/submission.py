@@ -9,6 +9,7 @@ answers become the same errors everywhere.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,7 @@ def build(
         enqueued_ms=now_ms,
         queue_timeout_us=ticket.timeout_us,
         delay_on_timeout=ticket.delay_on_timeout,
+        enqueued_us=time.time_ns() // 1000,
     )
     payload = InferRequest(
         id=request_id,

@@ -36,6 +36,10 @@ class RequestHeader(msgspec.Struct, array_like=True, frozen=True):
     # Microseconds the request may wait in the queue (0: only the deadline applies).
     queue_timeout_us: int = 0
     delay_on_timeout: bool = False
+    # Wall-clock microseconds of admission: the batcher's delay runs from here, as Triton's runs
+    # from the request's arrival, so the hop to the scheduler is not waited on top of it (0: a
+    # submitter from before this field; the scheduler then counts from its own read).
+    enqueued_us: int = 0
 
 
 class InferRequest(msgspec.Struct, array_like=True, frozen=True):

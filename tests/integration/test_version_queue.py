@@ -163,6 +163,26 @@ async def test_a_preferred_size_is_sent_before_the_delay(harness) -> None:
     assert await h.wait_batches(1, within=2.0) == [["a", "b"]]
 
 
+async def test_the_delay_runs_from_admission_not_from_the_schedulers_read(harness) -> None:
+    # Admitted 1.5 s before the scheduler read it, with a 2 s delay: sent about 0.5 s after the
+    # read (Triton's delay runs from the request's arrival), not 2 s after.
+    h = harness(model_config(delay_us=2_000_000))
+    await h.submit("a", enqueued_ago_ms=1_500)
+    h.start()
+    assert await h.wait_batches(1, within=1.2) == [["a"]]
+
+
+async def test_a_request_waits_its_delay_and_no_longer(harness) -> None:
+    h = harness(model_config(delay_us=300_000))
+    await h.submit("a")
+    started = time.monotonic()
+    h.start()
+    await asyncio.sleep(0.2)
+    assert await h.batch_ids() == []
+    assert await h.wait_batches(1, within=2.0) == [["a"]]
+    assert time.monotonic() - started >= 0.3 - 0.001
+
+
 async def test_a_full_batch_is_sent_before_the_delay(harness) -> None:
     h = harness(model_config(max_batch_size=2, delay_us=10_000_000))
     await h.submit("a")
