@@ -40,7 +40,8 @@ class PreciseHandle:
         return (self.when, self.seq) < (other.when, other.seq)
 
     def cancel(self) -> None:
-        """Not called any more (left in the heap; the thread drops it when it surfaces)."""
+        """Not called any more (left in the heap; the thread drops it when it surfaces). A
+        handle that has fired reads as cancelled too."""
         self.cancelled = True
 
 
@@ -76,6 +77,7 @@ class PreciseTimer:
                 while heap and (heap[0].cancelled or heap[0].when <= now):
                     handle = heapq.heappop(heap)
                     if not handle.cancelled:
+                        handle.cancelled = True  # done: a holder asking again gets a new one
                         _hand_over(handle)
                 if len(heap) > 64 and sum(h.cancelled for h in heap) * 2 > len(heap):
                     heap[:] = [h for h in heap if not h.cancelled]
