@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from shared.fleet import model_registry, readiness, submission
+from shared.fleet import submission
+from shared.fleet.change_feed import ChangeFeed
 from shared.fleet.replies import ReplyRouter
 from shared.fleet.sequence_admission import SequenceAdmission
 from shared.fleet.submission import Submitter
@@ -47,6 +48,7 @@ from shared.wire.envelope import Reply
 from shared.wire.errors import ConchError, ErrorCode
 from shared.wire.queue_ticket import queue_ticket
 from workers.python.bls_caller import Caller
+from workers.python.bls_models import BlsModels
 from workers.python.bls_stream import BlsStream
 
 # Without a calling request (a BLS call from initialize), a call may take this long.
@@ -65,6 +67,9 @@ class BlsSettings(Settings, kw_only=True):
     gone_bound_ms: int = 30_000
     # The worker's model control mode: pb_utils.load_model/unload_model work only in explicit.
     model_control_mode: str = "none"
+    # The BLS client's view of the models (``workers.python.bls_models``) is re-read when the
+    # change feed announces a change; this is the safety poll that catches a lost notice (ms).
+    bls_refresh_interval_ms: int = 10_000
 
 
 class BlsClient:
@@ -73,8 +78,6 @@ class BlsClient:
         self._loop = asyncio.new_event_loop()
         thread = threading.Thread(target=self._loop.run_forever, name="bls", daemon=True)
         thread.start()
-        self._rev = -1
-        self._configs: dict[str, ModelConfig] = {}
         asyncio.run_coroutine_threadsafe(self._setup(), self._loop).result(timeout=30)
 
     async def _setup(self) -> None:
@@ -86,14 +89,22 @@ class BlsClient:
         self._sequences = SequenceAdmission(self.redis, self.settings.gone_bound_ms)
         owner = f"bls-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._replies = ReplyRouter(url, owner)
-        self._reader = asyncio.create_task(self._replies.run())
+        self._feed = ChangeFeed(
+            url, self.settings.bls_refresh_interval_ms / 1000, name="conch-bls-changes"
+        )
+        self.models = BlsModels(self.redis, self._feed)
+        self._tasks = [
+            asyncio.create_task(self._replies.run()),
+            asyncio.create_task(self._feed.run()),
+        ]
 
     def close(self) -> None:
         """Stop the reply reader and the loop (tests; a model process just exits)."""
 
         async def stop() -> None:
-            self._reader.cancel()
-            await asyncio.gather(self._reader, return_exceptions=True)
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
             await self.redis.aclose()
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=10)
@@ -131,18 +142,26 @@ class BlsClient:
         return stream
 
     def run(self, call: Coroutine[Any, Any, Any]) -> Any:
-        """Run a coroutine of this client's (``bls_control``) on its loop and wait for it."""
-        return asyncio.run_coroutine_threadsafe(call, self._loop).result()
+        """Run a coroutine of this client's (``bls_control``: a load or an unload) on its loop
+        and wait for it; the view of the models is re-read after it, even when it failed (a
+        call made next sees what it did, not the view from before)."""
+
+        async def then_refresh() -> Any:
+            try:
+                return await call
+            finally:
+                await self.models.refresh()
+
+        return asyncio.run_coroutine_threadsafe(then_refresh(), self._loop).result()
 
     def is_model_ready(self, model: str, version: int) -> bool:
-        return asyncio.run_coroutine_threadsafe(self._ready(model, version), self._loop).result(
-            timeout=10
-        )
-
-    async def _ready(self, model: str, version: int) -> bool:
-        live = (await readiness.ready_versions(self.redis, [model])).get(model, {})
-        ready = [v for v, count in live.items() if count > 0]
-        return bool(ready) if version < 0 else version in ready
+        """From the client's view of the models, without leaving the caller's thread while
+        that view is current; read first otherwise."""
+        known = self.models.ready_now(model, version)
+        if known is not None:
+            return known
+        ready = self.models.ready(model, version)
+        return asyncio.run_coroutine_threadsafe(ready, self._loop).result(timeout=10)
 
     async def _call(
         self,
@@ -163,7 +182,7 @@ class BlsClient:
             deadline = min(deadline, now + timeout_us // 1000)
         request_id = stream.request_id if stream is not None else new_id()
         try:
-            config, number = await self._resolve(model, version)
+            config, number = await self.models.resolve(model, version)
             spec = sequence_spec(config)
             if spec is not None and not sequence_params.lenient(parameters).in_sequence:
                 raise ConchError(
@@ -258,24 +277,6 @@ class BlsClient:
                 pipe.exists(keys.cancel(caller.model, parent))
             answers = await pipe.execute()
         return not all(answers[2 * len(caller.parents) :])
-
-    async def _resolve(self, model: str, version: int) -> tuple[ModelConfig, int]:
-        rev = int(await self.redis.get(keys.models_rev()) or 0)
-        if rev != self._rev or model not in self._configs:
-            self._rev, self._configs = await model_registry.read_models(self.redis)
-        config = self._configs.get(model)
-        if config is None:
-            raise ConchError(
-                ErrorCode.NOT_FOUND, f"Request for unknown model: '{model}' is not found"
-            )
-        live = (await readiness.ready_versions(self.redis, [model])).get(model, {})
-        ready = sorted(v for v, count in live.items() if count > 0)
-        if version >= 0 and version in ready:
-            return config, version
-        if version < 0 and ready:
-            return config, ready[-1]
-        wanted = "" if version < 0 else f" version {version}"
-        raise ConchError(ErrorCode.UNAVAILABLE, f"Request for model '{model}'{wanted}: not ready")
 
 
 def _error(request_id: str, model: str, version: int, code: ErrorCode, message: str) -> Reply:
