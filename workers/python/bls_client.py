@@ -15,8 +15,9 @@ loop. Errors never raise: they come back as ``InferenceResponse.error()``, as in
 A decoupled call (``exec(decoupled=True)``) opens the called request's frames as a stream
 (``workers.python.bls_stream``). A non-decoupled call to a decoupled model is refused, as
 Triton refuses it. Every call is recorded as a child of the calling requests
-(``keys.cancel_children``), so that cancelling a caller cancels its BLS calls; a call made for
-callers all cancelled already is answered CANCELLED without being queued.
+(``keys.cancel_children``, beside its submission), so that cancelling a caller cancels its BLS
+calls; a call made for callers all cancelled already is marked cancelled and answered CANCELLED.
+The called model is resolved from a cached view of the fleet (``workers.python.bls_models``).
 """
 
 from __future__ import annotations
@@ -32,29 +33,27 @@ from typing import Any
 
 import numpy as np
 
-from shared.fleet import submission
+from shared.fleet import cancel_marks, submission
 from shared.fleet.change_feed import ChangeFeed
 from shared.fleet.replies import ReplyRouter
 from shared.fleet.sequence_admission import SequenceAdmission
-from shared.fleet.submission import Submitter
 from shared.model_config import ModelConfig
 from shared.model_config.input_check import check_inputs
 from shared.model_config.sequences import sequence_spec
 from shared.runtime import redis_conn
 from shared.runtime.ids import new_id
 from shared.runtime.settings import Settings
-from shared.wire import keys, sequence_params, tensors
+from shared.wire import sequence_params, tensors
 from shared.wire.envelope import Reply
 from shared.wire.errors import ConchError, ErrorCode
 from shared.wire.queue_ticket import queue_ticket
-from workers.python.bls_caller import Caller
+from workers.python import bls_caller
+from workers.python.bls_caller import Caller, adopt
 from workers.python.bls_models import BlsModels
 from workers.python.bls_stream import BlsStream
 
 # Without a calling request (a BLS call from initialize), a call may take this long.
 DEFAULT_TIMEOUT_MS = 30_000
-# How long a caller's list of children outlives the call's deadline (as the cancel keys do).
-CHILD_GRACE_MS = 60_000
 
 
 class BlsSettings(Settings, kw_only=True):
@@ -83,9 +82,7 @@ class BlsClient:
     async def _setup(self) -> None:
         url = self.settings.redis_url
         self.redis = redis_conn.connect(url, max_connections=16, name="conch-bls")
-        self._submitter = Submitter(
-            self.redis, self.settings.gone_bound_ms, self.settings.direct_path
-        )
+        self._direct = self.settings.direct_path
         self._sequences = SequenceAdmission(self.redis, self.settings.gone_bound_ms)
         owner = f"bls-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._replies = ReplyRouter(url, owner)
@@ -196,20 +193,11 @@ class BlsClient:
                     f"model '{model}' uses the decoupled transaction policy: call it with "
                     "exec(decoupled=True) (or async_exec(decoupled=True)) to get its responses",
                 )
-            if not await self._adopt(caller, model, request_id, deadline):
-                raise ConchError(
-                    ErrorCode.CANCELLED,
-                    "Request was cancelled: the calling request was cancelled before this BLS "
-                    "call was made",
-                )
             future = None if stream is not None else self._replies.expect(request_id)
             if stream is not None:
                 stream.begin(deadline)
             async with asyncio.timeout(max(deadline - now, 1) / 1000 + 0.05):
-                submit = self._submitter.submit if spec is None else self._sequence_step
-                await submit(
-                    config,
-                    number,
+                request = dict(
                     request_id=request_id,
                     inputs=[tensors.from_numpy(name, array) for name, array in inputs],
                     outputs=outputs or config.output_names,
@@ -220,6 +208,17 @@ class BlsClient:
                     priority=caller.priority,
                     tenant=caller.tenant,
                 )
+                if spec is None:
+                    live = await self._admit(config, number, caller, request)
+                elif live := await adopt(self.redis, caller, model, request_id, deadline):
+                    await self._sequence_step(config, number, **request)
+                if not live:
+                    await cancel_marks.mark_cancelled(self.redis, model, request_id, deadline)
+                    raise ConchError(
+                        ErrorCode.CANCELLED,
+                        "Request was cancelled: the calling request was cancelled before this "
+                        "BLS call was made",
+                    )
                 if future is None:
                     return Reply(id=request_id, model=model, version=number, final=False)
                 return await future
@@ -230,6 +229,22 @@ class BlsClient:
             return _error(request_id, model, version, ErrorCode.DEADLINE_EXCEEDED, message)
         finally:
             self._replies.forget(request_id)
+
+    async def _admit(
+        self, config: ModelConfig, version: int, caller: Caller, request: dict[str, Any]
+    ) -> bool:
+        """Record the call as a child of its callers and submit it, in one round trip (one
+        pipeline, in this order); False when every caller was cancelled already."""
+        prepared = submission.prepare(
+            config, version, gone_ms=self.settings.gone_bound_ms, direct=self._direct, **request
+        )
+        model, request_id, deadline = config.name, request["request_id"], request["deadline_ms"]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            bls_caller.queue_adoption(pipe, caller, model, request_id, deadline)
+            submission.queue_admission(pipe, prepared)
+            answers = await pipe.execute()
+        prepared.refusal(int(answers[-1]))
+        return bls_caller.adopted(caller, answers)
 
     async def _sequence_step(self, config: ModelConfig, version: int, **request: Any) -> None:
         """A step of a sequence model: the sequence admission the gateway uses (its holder keeps
@@ -261,22 +276,6 @@ class BlsClient:
                 f"no live worker serves model '{config.name}' version {version}; start a worker "
                 f"for backend '{config.backend}'",
             )
-
-    async def _adopt(self, caller: Caller, model: str, request_id: str, deadline_ms: int) -> bool:
-        """Record the call as a child of its callers (one round trip); False when every caller
-        was cancelled already (then the call is not made)."""
-        if not caller.parents:
-            return True
-        child = f"{model}\x00{request_id}"
-        ttl_ms = max(1, deadline_ms - int(time.time() * 1000)) + CHILD_GRACE_MS
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for parent in caller.parents:
-                pipe.sadd(keys.cancel_children(caller.model, parent), child)
-                pipe.pexpire(keys.cancel_children(caller.model, parent), ttl_ms)
-            for parent in caller.parents:
-                pipe.exists(keys.cancel(caller.model, parent))
-            answers = await pipe.execute()
-        return not all(answers[2 * len(caller.parents) :])
 
 
 def _error(request_id: str, model: str, version: int, code: ErrorCode, message: str) -> Reply:
