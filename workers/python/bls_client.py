@@ -49,6 +49,7 @@ from shared.wire.errors import ConchError, ErrorCode
 from shared.wire.queue_ticket import queue_ticket
 from workers.python import bls_caller
 from workers.python.bls_caller import Caller, adopt
+from workers.python.bls_future import run_threadsafe
 from workers.python.bls_models import BlsModels
 from workers.python.bls_stream import BlsStream
 
@@ -118,7 +119,7 @@ class BlsClient:
         caller: Caller,
     ) -> Future[Reply]:
         call = self._call(model, version, inputs, outputs, parameters, timeout_us, caller)
-        return asyncio.run_coroutine_threadsafe(call, self._loop)
+        return run_threadsafe(call, self._loop)  # the caller woken in the reply's loop turn
 
     def open_stream(
         self,
