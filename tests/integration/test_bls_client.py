@@ -113,3 +113,52 @@ def test_a_model_with_no_ready_version_is_an_error_response(redis_url: str) -> N
     assert "Request for unknown model: 'missing' is not found" in reply.error
     assert client.is_model_ready("missing", -1) is False
     client.close()
+
+
+def test_a_call_for_callers_all_cancelled_is_answered_cancelled_and_marked(
+    redis_url: str,
+) -> None:
+    """The call is recorded as a child beside its submission: when every caller was cancelled
+    already, the call is marked cancelled itself (never started) and answered CANCELLED."""
+    import asyncio
+
+    asyncio.run(_publish(redis_url))
+    sync = redis.Redis.from_url(redis_url)
+    sync.set(keys.cancel("caller", "p1"), "1", px=60_000)
+    client = BlsClient(BlsSettings(redis_url=redis_url, direct_path=False))
+    try:
+        deadline = clock.now_ms() + 5_000
+        caller = Caller(deadline, model="caller", parents=("p1",))
+        x = [("X", np.ones((1, 4), np.float32))]
+        reply = client.submit("target", -1, x, [], {}, 0, caller).result(timeout=10)
+        assert reply.error_code == ErrorCode.CANCELLED
+        assert sync.exists(keys.cancel("target", reply.id)) == 1
+        assert sync.sismember(keys.cancel_children("caller", "p1"), f"target\x00{reply.id}")
+        # A live caller's call is recorded the same and not marked.
+        live = Caller(deadline, model="caller", parents=("p2",))
+        future = client.submit("target", -1, x, [], {}, 100_000, live)
+        assert future.result(timeout=10).error_code == ErrorCode.DEADLINE_EXCEEDED
+        [child] = sync.smembers(keys.cancel_children("caller", "p2"))
+        text = child.decode() if isinstance(child, bytes) else child
+        assert sync.exists(keys.cancel("target", text.partition("\x00")[2])) == 0
+    finally:
+        sync.close()
+        client.close()
+
+
+def test_a_model_published_after_the_view_was_read_is_found(redis_url: str) -> None:
+    """The client's view of the models (``workers.python.bls_models``) is judged again on a
+    fresh read when it misses: a model published since is called, not refused."""
+    import asyncio
+
+    client = BlsClient(BlsSettings(redis_url=redis_url, direct_path=False))
+    try:
+        x = [("X", np.ones((1, 4), np.float32))]
+        assert client.submit("other", -1, x, [], {}, 0, Caller()).result(timeout=10).error_code
+        asyncio.run(_publish(redis_url))  # "target", no change notice sent
+        reply = client.submit("target", -1, x, [], {}, 100_000, Caller()).result(timeout=10)
+        assert reply.error_code == ErrorCode.DEADLINE_EXCEEDED  # queued; nobody answers
+        assert client.is_model_ready("target", -1) is True
+        assert client.is_model_ready("target", 2) is False
+    finally:
+        client.close()

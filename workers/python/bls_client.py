@@ -15,8 +15,9 @@ loop. Errors never raise: they come back as ``InferenceResponse.error()``, as in
 A decoupled call (``exec(decoupled=True)``) opens the called request's frames as a stream
 (``workers.python.bls_stream``). A non-decoupled call to a decoupled model is refused, as
 Triton refuses it. Every call is recorded as a child of the calling requests
-(``keys.cancel_children``), so that cancelling a caller cancels its BLS calls; a call made for
-callers all cancelled already is answered CANCELLED without being queued.
+(``keys.cancel_children``, beside its submission), so that cancelling a caller cancels its BLS
+calls; a call made for callers all cancelled already is marked cancelled and answered CANCELLED.
+The called model is resolved from a cached view of the fleet (``workers.python.bls_models``).
 """
 
 from __future__ import annotations
@@ -32,27 +33,28 @@ from typing import Any
 
 import numpy as np
 
-from shared.fleet import model_registry, readiness, submission
+from shared.fleet import cancel_marks, submission
+from shared.fleet.change_feed import ChangeFeed
 from shared.fleet.replies import ReplyRouter
 from shared.fleet.sequence_admission import SequenceAdmission
-from shared.fleet.submission import Submitter
 from shared.model_config import ModelConfig
 from shared.model_config.input_check import check_inputs
 from shared.model_config.sequences import sequence_spec
 from shared.runtime import redis_conn
 from shared.runtime.ids import new_id
 from shared.runtime.settings import Settings
-from shared.wire import keys, sequence_params, tensors
+from shared.wire import sequence_params, tensors
 from shared.wire.envelope import Reply
 from shared.wire.errors import ConchError, ErrorCode
 from shared.wire.queue_ticket import queue_ticket
-from workers.python.bls_caller import Caller
+from workers.python import bls_caller
+from workers.python.bls_caller import Caller, adopt
+from workers.python.bls_future import run_threadsafe
+from workers.python.bls_models import BlsModels
 from workers.python.bls_stream import BlsStream
 
 # Without a calling request (a BLS call from initialize), a call may take this long.
 DEFAULT_TIMEOUT_MS = 30_000
-# How long a caller's list of children outlives the call's deadline (as the cancel keys do).
-CHILD_GRACE_MS = 60_000
 
 
 class BlsSettings(Settings, kw_only=True):
@@ -65,6 +67,9 @@ class BlsSettings(Settings, kw_only=True):
     gone_bound_ms: int = 30_000
     # The worker's model control mode: pb_utils.load_model/unload_model work only in explicit.
     model_control_mode: str = "none"
+    # The BLS client's view of the models (``workers.python.bls_models``) is re-read when the
+    # change feed announces a change; this is the safety poll that catches a lost notice (ms).
+    bls_refresh_interval_ms: int = 10_000
 
 
 class BlsClient:
@@ -73,27 +78,31 @@ class BlsClient:
         self._loop = asyncio.new_event_loop()
         thread = threading.Thread(target=self._loop.run_forever, name="bls", daemon=True)
         thread.start()
-        self._rev = -1
-        self._configs: dict[str, ModelConfig] = {}
         asyncio.run_coroutine_threadsafe(self._setup(), self._loop).result(timeout=30)
 
     async def _setup(self) -> None:
         url = self.settings.redis_url
         self.redis = redis_conn.connect(url, max_connections=16, name="conch-bls")
-        self._submitter = Submitter(
-            self.redis, self.settings.gone_bound_ms, self.settings.direct_path
-        )
+        self._direct = self.settings.direct_path
         self._sequences = SequenceAdmission(self.redis, self.settings.gone_bound_ms)
         owner = f"bls-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._replies = ReplyRouter(url, owner)
-        self._reader = asyncio.create_task(self._replies.run())
+        self._feed = ChangeFeed(
+            url, self.settings.bls_refresh_interval_ms / 1000, name="conch-bls-changes"
+        )
+        self.models = BlsModels(self.redis, self._feed)
+        self._tasks = [
+            asyncio.create_task(self._replies.run()),
+            asyncio.create_task(self._feed.run()),
+        ]
 
     def close(self) -> None:
         """Stop the reply reader and the loop (tests; a model process just exits)."""
 
         async def stop() -> None:
-            self._reader.cancel()
-            await asyncio.gather(self._reader, return_exceptions=True)
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
             await self.redis.aclose()
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=10)
@@ -110,7 +119,7 @@ class BlsClient:
         caller: Caller,
     ) -> Future[Reply]:
         call = self._call(model, version, inputs, outputs, parameters, timeout_us, caller)
-        return asyncio.run_coroutine_threadsafe(call, self._loop)
+        return run_threadsafe(call, self._loop)  # the caller woken in the reply's loop turn
 
     def open_stream(
         self,
@@ -131,18 +140,26 @@ class BlsClient:
         return stream
 
     def run(self, call: Coroutine[Any, Any, Any]) -> Any:
-        """Run a coroutine of this client's (``bls_control``) on its loop and wait for it."""
-        return asyncio.run_coroutine_threadsafe(call, self._loop).result()
+        """Run a coroutine of this client's (``bls_control``: a load or an unload) on its loop
+        and wait for it; the view of the models is re-read after it, even when it failed (a
+        call made next sees what it did, not the view from before)."""
+
+        async def then_refresh() -> Any:
+            try:
+                return await call
+            finally:
+                await self.models.refresh()
+
+        return asyncio.run_coroutine_threadsafe(then_refresh(), self._loop).result()
 
     def is_model_ready(self, model: str, version: int) -> bool:
-        return asyncio.run_coroutine_threadsafe(self._ready(model, version), self._loop).result(
-            timeout=10
-        )
-
-    async def _ready(self, model: str, version: int) -> bool:
-        live = (await readiness.ready_versions(self.redis, [model])).get(model, {})
-        ready = [v for v, count in live.items() if count > 0]
-        return bool(ready) if version < 0 else version in ready
+        """From the client's view of the models, without leaving the caller's thread while
+        that view is current; read first otherwise."""
+        known = self.models.ready_now(model, version)
+        if known is not None:
+            return known
+        ready = self.models.ready(model, version)
+        return asyncio.run_coroutine_threadsafe(ready, self._loop).result(timeout=10)
 
     async def _call(
         self,
@@ -163,7 +180,7 @@ class BlsClient:
             deadline = min(deadline, now + timeout_us // 1000)
         request_id = stream.request_id if stream is not None else new_id()
         try:
-            config, number = await self._resolve(model, version)
+            config, number = await self.models.resolve(model, version)
             spec = sequence_spec(config)
             if spec is not None and not sequence_params.lenient(parameters).in_sequence:
                 raise ConchError(
@@ -177,20 +194,11 @@ class BlsClient:
                     f"model '{model}' uses the decoupled transaction policy: call it with "
                     "exec(decoupled=True) (or async_exec(decoupled=True)) to get its responses",
                 )
-            if not await self._adopt(caller, model, request_id, deadline):
-                raise ConchError(
-                    ErrorCode.CANCELLED,
-                    "Request was cancelled: the calling request was cancelled before this BLS "
-                    "call was made",
-                )
             future = None if stream is not None else self._replies.expect(request_id)
             if stream is not None:
                 stream.begin(deadline)
             async with asyncio.timeout(max(deadline - now, 1) / 1000 + 0.05):
-                submit = self._submitter.submit if spec is None else self._sequence_step
-                await submit(
-                    config,
-                    number,
+                request = dict(
                     request_id=request_id,
                     inputs=[tensors.from_numpy(name, array) for name, array in inputs],
                     outputs=outputs or config.output_names,
@@ -201,6 +209,17 @@ class BlsClient:
                     priority=caller.priority,
                     tenant=caller.tenant,
                 )
+                if spec is None:
+                    live = await self._admit(config, number, caller, request)
+                elif live := await adopt(self.redis, caller, model, request_id, deadline):
+                    await self._sequence_step(config, number, **request)
+                if not live:
+                    await cancel_marks.mark_cancelled(self.redis, model, request_id, deadline)
+                    raise ConchError(
+                        ErrorCode.CANCELLED,
+                        "Request was cancelled: the calling request was cancelled before this "
+                        "BLS call was made",
+                    )
                 if future is None:
                     return Reply(id=request_id, model=model, version=number, final=False)
                 return await future
@@ -211,6 +230,22 @@ class BlsClient:
             return _error(request_id, model, version, ErrorCode.DEADLINE_EXCEEDED, message)
         finally:
             self._replies.forget(request_id)
+
+    async def _admit(
+        self, config: ModelConfig, version: int, caller: Caller, request: dict[str, Any]
+    ) -> bool:
+        """Record the call as a child of its callers and submit it, in one round trip (one
+        pipeline, in this order); False when every caller was cancelled already."""
+        prepared = submission.prepare(
+            config, version, gone_ms=self.settings.gone_bound_ms, direct=self._direct, **request
+        )
+        model, request_id, deadline = config.name, request["request_id"], request["deadline_ms"]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            bls_caller.queue_adoption(pipe, caller, model, request_id, deadline)
+            submission.queue_admission(pipe, prepared)
+            answers = await pipe.execute()
+        prepared.refusal(int(answers[-1]))
+        return bls_caller.adopted(caller, answers)
 
     async def _sequence_step(self, config: ModelConfig, version: int, **request: Any) -> None:
         """A step of a sequence model: the sequence admission the gateway uses (its holder keeps
@@ -242,40 +277,6 @@ class BlsClient:
                 f"no live worker serves model '{config.name}' version {version}; start a worker "
                 f"for backend '{config.backend}'",
             )
-
-    async def _adopt(self, caller: Caller, model: str, request_id: str, deadline_ms: int) -> bool:
-        """Record the call as a child of its callers (one round trip); False when every caller
-        was cancelled already (then the call is not made)."""
-        if not caller.parents:
-            return True
-        child = f"{model}\x00{request_id}"
-        ttl_ms = max(1, deadline_ms - int(time.time() * 1000)) + CHILD_GRACE_MS
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for parent in caller.parents:
-                pipe.sadd(keys.cancel_children(caller.model, parent), child)
-                pipe.pexpire(keys.cancel_children(caller.model, parent), ttl_ms)
-            for parent in caller.parents:
-                pipe.exists(keys.cancel(caller.model, parent))
-            answers = await pipe.execute()
-        return not all(answers[2 * len(caller.parents) :])
-
-    async def _resolve(self, model: str, version: int) -> tuple[ModelConfig, int]:
-        rev = int(await self.redis.get(keys.models_rev()) or 0)
-        if rev != self._rev or model not in self._configs:
-            self._rev, self._configs = await model_registry.read_models(self.redis)
-        config = self._configs.get(model)
-        if config is None:
-            raise ConchError(
-                ErrorCode.NOT_FOUND, f"Request for unknown model: '{model}' is not found"
-            )
-        live = (await readiness.ready_versions(self.redis, [model])).get(model, {})
-        ready = sorted(v for v, count in live.items() if count > 0)
-        if version >= 0 and version in ready:
-            return config, version
-        if version < 0 and ready:
-            return config, ready[-1]
-        wanted = "" if version < 0 else f" version {version}"
-        raise ConchError(ErrorCode.UNAVAILABLE, f"Request for model '{model}'{wanted}: not ready")
 
 
 def _error(request_id: str, model: str, version: int, code: ErrorCode, message: str) -> Reply:

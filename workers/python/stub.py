@@ -10,9 +10,7 @@ This module imports nothing heavy (no torch, no protobuf): a spawned process sta
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
-import inspect
 import json
 import logging
 import os
@@ -29,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.python import bls_caller, ipc, stub_decoupled
+from workers.python import bls_caller, ipc, stub_async, stub_decoupled
 
 UTILS_DIR = str(Path(__file__).resolve().parent)
 
@@ -289,12 +287,5 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def _await(value: Any) -> Any:
-    """``async def execute``/``initialize`` are allowed, as in Triton."""
-    if inspect.isawaitable(value):
-        return asyncio.run(_wrap(value))
-    return value
-
-
-async def _wrap(awaitable: Any) -> Any:
-    return await awaitable
+# ``async def execute``/``initialize`` are allowed, as in Triton (one loop per thread, kept).
+_await = stub_async.await_
