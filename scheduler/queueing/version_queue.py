@@ -70,7 +70,7 @@ class VersionQueue:
         self.batch_stream = keys.batch_stream(self.model, version)
         self._pending = PendingRequests()
         self._arrived = asyncio.Event()
-        self._delay_end: precise_timer.PreciseHandle | None = None
+        self._delay_end = precise_timer.Alarm(self._arrived.set)
         self._backlog = 0
         self._backlog_poll_s = backlog_poll_us / 1e6
         self._synced_us = 0.0
@@ -177,31 +177,15 @@ class VersionQueue:
             expiry = max(0.0, (expiry_ms - time.time() * 1000) / 1000) + 0.0005
             timeout = expiry if timeout is None else min(timeout, expiry)
         self._arrived.clear()
-        self._time_delay(None if held else decision.wake_at_us)
+        # The batcher's delay ends on the precise timer: the loop's own is a millisecond coarse.
+        self._delay_end.keep(
+            None if held or decision.wake_at_us is None else decision.wake_at_us / 1e6
+        )
         if timeout is None:
             await self._arrived.wait()
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._arrived.wait(), timeout)
-
-    def _time_delay(self, wake_at_us: float | None) -> None:
-        """End the batcher's delay on the precise timer (the loop's own is a millisecond
-        coarse). The timer is kept while the oldest request stays the same, so the requests that
-        arrive meanwhile cost no timer of their own; a stale one only wakes a step early."""
-        timer = self._delay_end
-        if wake_at_us is None:
-            if timer is not None:
-                timer.cancel()
-                self._delay_end = None
-            return
-        when = wake_at_us / 1e6
-        if timer is not None and timer.when == when and not timer.cancelled:
-            return
-        if timer is not None:
-            timer.cancel()
-        self._delay_end = precise_timer.TIMER.call_at(
-            when, self._arrived.set, asyncio.get_running_loop()
-        )
 
     def on_batch_done(self) -> None:
         """A worker finished a batch of this version: one more may be sent."""

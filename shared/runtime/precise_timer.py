@@ -85,6 +85,29 @@ class PreciseTimer:
                 self._condition.wait(heap[0].when - now if heap else None)
 
 
+class Alarm:
+    """One callback at one instant, set again as the instant moves: a handle is kept while the
+    instant stays the same, so asking again costs nothing (a batcher asks at every arrival while
+    its oldest request waits). A stale alarm only calls back early."""
+
+    def __init__(self, callback: Callable[[], None], timer: PreciseTimer | None = None) -> None:
+        self._callback = callback
+        self._timer = timer
+        self._handle: PreciseHandle | None = None
+
+    def keep(self, when: float | None) -> None:
+        """Call back at ``when`` (``time.monotonic()`` seconds); None: not at all."""
+        handle = self._handle
+        if handle is not None:
+            if when is not None and handle.when == when and not handle.cancelled:
+                return
+            handle.cancel()
+            self._handle = None
+        if when is not None:
+            timer = self._timer or TIMER
+            self._handle = timer.call_at(when, self._callback, asyncio.get_running_loop())
+
+
 def _hand_over(handle: PreciseHandle) -> None:
     # A RuntimeError: its loop closed, and nobody waits for it any more.
     with contextlib.suppress(RuntimeError):

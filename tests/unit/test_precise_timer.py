@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from shared.runtime.precise_timer import PreciseTimer
+from shared.runtime.precise_timer import Alarm, PreciseTimer
 
 
 async def test_callbacks_run_on_the_loop_in_due_order_and_not_before_due() -> None:
@@ -31,3 +31,21 @@ async def test_a_cancelled_callback_is_never_called() -> None:
     timer.call_at(start + 0.05, done.set, loop)
     await asyncio.wait_for(done.wait(), 5)
     assert called == []
+
+
+async def test_an_alarm_kept_at_one_instant_calls_back_once_and_moved_only_at_the_new_one() -> None:
+    timer = PreciseTimer()
+    calls: list[float] = []
+    done = asyncio.Event()
+    alarm = Alarm(lambda: (calls.append(time.monotonic()), done.set()), timer)
+    start = time.monotonic()
+    for _ in range(5):  # asked again at every arrival: one call
+        alarm.keep(start + 0.02)
+    alarm.keep(start + 0.05)  # the oldest request left: the instant moved
+    await asyncio.wait_for(done.wait(), 5)
+    await asyncio.sleep(0.05)
+    assert len(calls) == 1 and calls[0] >= start + 0.05
+    alarm.keep(time.monotonic() + 0.02)
+    alarm.keep(None)
+    await asyncio.sleep(0.06)
+    assert len(calls) == 1
