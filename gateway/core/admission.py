@@ -10,6 +10,9 @@ from gateway.core.caller import Caller
 from gateway.core.ratelimit import RateLimiter
 from shared.wire.errors import ConchError
 
+# An anonymous caller, authenticated (frozen: one object serves every such request).
+_ANONYMOUS = Caller(None, None, False, None, True)
+
 
 class Admission:
     def __init__(self, tenants: TenantTable, limiter: RateLimiter):
@@ -22,6 +25,8 @@ class Admission:
             return caller
         tenant = self.tenants.identify(caller.authorization)
         authorize(tenant, model)
+        if tenant is None and caller.authorization is None and caller.route_key is None:
+            return _ANONYMOUS  # the same answer every time: not built per request
         # Built directly: ``dataclasses.replace`` inspects the fields on every request.
         return Caller(caller.authorization, caller.route_key, False, tenant, True)
 

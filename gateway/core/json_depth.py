@@ -5,10 +5,13 @@ a few kilobytes of ``[[[[...`` would otherwise end in a ``RecursionError`` (a 50
 client error. The bound is far above anything a tensor needs (NumPy's 64 dimensions plus the
 request's own three levels) and far below the interpreter's recursion limit.
 
-The check costs two ``bytes.count`` calls for an ordinary request: a document with no more
-opening brackets than the bound cannot be nested deeper. Only a body with more of them is
-scanned, in chunks, with NumPy (strings and their escapes taken into account, so a bracket
-inside a string does not count).
+The check costs a few ``bytes.find`` calls for an ordinary request: a document with no more
+opening brackets than the bound cannot be nested deeper. They are counted with ``find`` (memchr,
+many bytes per cycle) while there are few of them, which for a tensor request's handful of
+brackets is about a quarter of two ``bytes.count`` calls over the body (a byte per step: 4.9
+against 1.4 us for the harness's 2 kB ``mlp`` body); past ``_FEW`` of them the two counts
+decide. Only a body with more brackets than the bound is scanned, in chunks, with NumPy
+(strings and their escapes taken into account, so a bracket inside a string does not count).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from shared.wire.errors import invalid
 
 MAX_JSON_DEPTH = 100
 _CHUNK = 1 << 20
+# Brackets counted one ``find`` at a time before the two ``bytes.count`` calls take over.
+_FEW = 24
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _OPEN = (ord("["), ord("{"))
 _CLOSE = (ord("]"), ord("}"))
@@ -30,7 +35,7 @@ def check_json_depth(raw: bytes | memoryview | str, what: str = "the request JSO
         data = raw.encode("utf-8", errors="replace")
     else:
         data = bytes(raw) if isinstance(raw, memoryview) else raw
-    if data.count(b"[") + data.count(b"{") <= MAX_JSON_DEPTH:
+    if _few_brackets(data) or data.count(b"[") + data.count(b"{") <= MAX_JSON_DEPTH:
         return
     depth = json_depth(data, stop_above=MAX_JSON_DEPTH)
     if depth > MAX_JSON_DEPTH:
@@ -38,6 +43,19 @@ def check_json_depth(raw: bytes | memoryview | str, what: str = "the request JSO
             f"{what} is nested more than {MAX_JSON_DEPTH} levels deep (arrays and objects); "
             f"expected at most {MAX_JSON_DEPTH}"
         )
+
+
+def _few_brackets(data: bytes) -> bool:
+    """Whether ``data`` holds at most ``_FEW`` opening brackets (``[`` and ``{`` together)."""
+    left = _FEW
+    for bracket in (b"[", b"{"):
+        at = data.find(bracket)
+        while at >= 0:
+            left -= 1
+            if left < 0:
+                return False
+            at = data.find(bracket, at + 1)
+    return True
 
 
 def json_depth(data: bytes, stop_above: int | None = None, chunk_bytes: int = _CHUNK) -> int:

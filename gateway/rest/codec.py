@@ -91,7 +91,8 @@ def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest
                 f"{', '.join(datatypes.NAMES)}"
             )
         check_shape(item.name, item.shape, item.datatype)
-        check_parameters(item.parameters, f"input '{item.name}'")
+        if item.parameters:  # the common case has none: no call, no f-string
+            check_parameters(item.parameters, f"input '{item.name}'")
         size = item.parameters.get("binary_data_size")
         ref = shm_ref("input", item.name, item.parameters)
         if ref is not None:
@@ -122,9 +123,11 @@ def parse_infer_request(body: bytes, header_length: str | None) -> ParsedRequest
             f"the request has {len(binary) - offset} bytes of binary data that no input claims "
             "(check binary_data_size)"
         )
-    check_parameters(request.parameters, "the request")
+    if request.parameters:
+        check_parameters(request.parameters, "the request")
     for output in request.outputs:
-        check_parameters(output.parameters, f"output '{output.name}'")
+        if output.parameters:
+            check_parameters(output.parameters, f"output '{output.name}'")
     binary_default = bool(request.parameters.get("binary_data_output", False))
     outputs = [
         RequestedOutput(

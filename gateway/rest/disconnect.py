@@ -13,6 +13,9 @@ its CPU at c=64 when nearly every request is answered in tens of milliseconds, a
 cancellation saves is work the mesh has not done yet. A client that left earlier is seen at once
 when the watcher starts (the server's ``receive`` answers ``http.disconnect`` for a connection
 already gone), so a request waiting in a queue is still taken out before it runs.
+
+The wait before the watcher is ``gateway.core.coarse_timers.after_delay`` (one loop timer for all
+of a process's requests, not one each; ``WATCH_AFTER_S`` is its delay).
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
+from gateway.core import coarse_timers
+
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 # How long a request runs before its connection is watched (see the module's docstring).
-WATCH_AFTER_S = 0.1
+WATCH_AFTER_S = coarse_timers.DELAY_S
 
 
 class CancelOnDisconnect:
@@ -35,19 +40,18 @@ class CancelOnDisconnect:
     def __init__(self, receive: Receive):
         self._receive = receive
         self._task: asyncio.Task[Any] | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: coarse_timers.Pending | None = None
         self._watcher: asyncio.Task[None] | None = None
         self.disconnected = False
 
     async def __aenter__(self) -> CancelOnDisconnect:
         self._task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(WATCH_AFTER_S, self._start_watching, loop)
+        self._timer = coarse_timers.after_delay(self._start_watching)
         return self
 
-    def _start_watching(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _start_watching(self) -> None:
         self._timer = None
-        self._watcher = loop.create_task(self._watch())
+        self._watcher = asyncio.get_running_loop().create_task(self._watch())
 
     async def _watch(self) -> None:
         while True:

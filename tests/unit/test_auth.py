@@ -153,3 +153,19 @@ def test_desired_state_after_control_messages() -> None:
     assert control.next_state(state, control.new_message(control.LOAD, "m")) == (
         control.DesiredState()
     )
+
+
+def test_an_anonymous_caller_is_authenticated_without_a_new_object_each_time() -> None:
+    from gateway.core.admission import Admission
+    from gateway.core.caller import Caller
+
+    open_table = TenantTable(None, True)  # type: ignore[arg-type]  # no tenants: auth is off
+    admission = Admission(open_table, None)  # type: ignore[arg-type]
+    first = admission.authenticate("m", Caller())
+    assert first == Caller(None, None, False, None, True)
+    assert admission.authenticate("m", Caller()) is first
+    routed = admission.authenticate("m", Caller(None, "key-1"))
+    assert routed == Caller(None, "key-1", False, None, True) and routed is not first
+    # A caller with a tenant keeps its own object.
+    acme = Admission(table(), None).authenticate("simple", Caller("Bearer acme-key-0123456789"))  # type: ignore[arg-type]
+    assert acme.tenant is not None and acme.tenant.name == "acme" and acme.authenticated

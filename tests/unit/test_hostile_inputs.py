@@ -183,6 +183,23 @@ def test_ordinary_bodies_pass_the_depth_check() -> None:
     check_json_depth(b'{"id": "' + b"[" * 10_000 + b'"}')  # brackets in a string: depth 1
 
 
+@pytest.mark.parametrize("count", [0, 1, 23, 24, 25, 26, 99, 100, 101, 102, 300])
+@pytest.mark.parametrize("kind", ["list", "dict", "mixed"])
+def test_the_bracket_precount_agrees_with_the_counts(count: int, kind: str) -> None:
+    """The find-based precount (few brackets) and the two counts decide alike at every count
+    around both of their bounds: deep documents are refused, flat ones with many brackets pass."""
+    opens = {"list": "[", "dict": "{", "mixed": "[{"}[kind]
+    flat = ",".join("[]" if opens[i % len(opens)] == "[" else "{}" for i in range(count))
+    check_json_depth(f"[{flat}]".encode())  # depth 2 at most, whatever the count
+    value = nested(count, kind="dict" if kind == "dict" else "list")
+    raw = json.dumps(value).encode()
+    if count > MAX_JSON_DEPTH:
+        with pytest.raises(ConchError, match="levels deep"):
+            check_json_depth(raw)
+    else:
+        check_json_depth(raw)
+
+
 # -- 2. integers ------------------------------------------------------------------------------
 
 REQUEST_PARAMETERS = ["priority", "timeout", "sequence_id", "x", "binary_data_output"]
