@@ -174,13 +174,14 @@ async def test_the_delay_runs_from_admission_not_from_the_schedulers_read(harnes
 
 async def test_a_request_waits_its_delay_and_no_longer(harness) -> None:
     h = harness(model_config(delay_us=300_000))
+    started = time.monotonic()  # the delay runs from admission, inside submit
     await h.submit("a")
-    started = time.monotonic()
     h.start()
     await asyncio.sleep(0.2)
     assert await h.batch_ids() == []
     assert await h.wait_batches(1, within=2.0) == [["a"]]
-    assert time.monotonic() - started >= 0.3 - 0.001
+    # Measured on another clock than the admission stamp (monotonic, not wall): a few ms slack.
+    assert time.monotonic() - started >= 0.3 - 0.005
 
 
 async def test_a_full_batch_is_sent_before_the_delay(harness) -> None:
