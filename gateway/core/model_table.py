@@ -63,14 +63,8 @@ class ModelTable:
             self._rev, self.configs = await model_registry.read_models(self._redis)
         self.expectations = await expected_models.read(self._redis)
         self.expected = expected_models.expected(self.expectations)
-        found = await readiness.ready_expiries(self._redis, list(self.configs))
-        now = clock.now_ms()
-        self._versions = readiness.live_counts(found, now)
+        self._versions, self._stale_at = await readiness.live_view(self._redis, list(self.configs))
         self._asked = False
-        self._stale_at = min(
-            (e for vs in found.values() for marks in vs.values() for e, _ in marks if e >= now),
-            default=math.inf,
-        )
         ready = {m for m, known in self.versions.items() if any(n > 0 for n in known.values())}
         self.not_ready = expected_models.not_ready(self.expected, ready)
         self.loaded.set()

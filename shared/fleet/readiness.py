@@ -11,6 +11,7 @@ judge liveness from the expiries they read (``gateway.core.model_table``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,6 +82,20 @@ def live_counts(found: Expiries, now: int) -> dict[str, dict[int, int]]:
         model: {v: sum(n for expiry, n in marks if expiry >= now) for v, marks in versions.items()}
         for model, versions in found.items()
     }
+
+
+async def live_view(
+    r: aioredis.Redis, models: list[str]
+) -> tuple[dict[str, dict[int, int]], float]:
+    """What a cache of live versions holds: ``ready_versions`` now, and the instant (ms) the
+    first heartbeat it counted expires, from when on the view may be stale (inf: none)."""
+    found = await ready_expiries(r, models)
+    now = now_ms()
+    stale_at = min(
+        (e for vs in found.values() for marks in vs.values() for e, _ in marks if e >= now),
+        default=math.inf,
+    )
+    return live_counts(found, now), stale_at
 
 
 async def ready_expiries(r: aioredis.Redis, models: list[str]) -> Expiries:

@@ -17,8 +17,6 @@ the view: a model loaded a moment ago is found, and an error says what Redis say
 
 from __future__ import annotations
 
-import math
-
 import redis.asyncio as aioredis
 
 from shared.fleet import change_feed, model_registry, readiness
@@ -52,14 +50,8 @@ class BlsModels:
         rev = int(await self._redis.get(keys.models_rev()) or 0)
         if rev != self._rev or not self.configs:
             self._rev, self.configs = await model_registry.read_models(self._redis)
-        found = await readiness.ready_expiries(self._redis, list(self.configs))
-        now = clock.now_ms()
-        self._versions = readiness.live_counts(found, now)
+        self._versions, self._stale_at = await readiness.live_view(self._redis, list(self.configs))
         self._asked = False
-        self._stale_at = min(
-            (e for vs in found.values() for marks in vs.values() for e, _ in marks if e >= now),
-            default=math.inf,
-        )
 
     def _versions_now(self) -> dict[str, dict[int, int]]:
         """The view; once it may be stale, a re-read is asked for (once) and this view kept."""
