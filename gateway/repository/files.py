@@ -9,11 +9,11 @@ import binascii
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from gateway.core.json_depth import check_json_depth
+from shared.model_config.json_form import decode_override
 from shared.storage import model_files
 from shared.storage.model_paths import confined
 from shared.wire.errors import invalid
@@ -56,15 +56,7 @@ def load_request(model: str, parameters: dict[str, Any], max_bytes: int) -> Load
 def _config(model: str, value: Any) -> dict[str, Any]:
     if isinstance(value, bytes | str):
         check_json_depth(value, f"the config override of '{model}'")
-        try:
-            value = msgspec.json.decode(value)
-        except msgspec.DecodeError as exc:
-            raise invalid(f"failed to load '{model}': Invalid config override: {exc}") from None
-    if not isinstance(value, dict):
-        raise invalid(
-            f"failed to load '{model}': Invalid config override: expected a JSON object in "
-            "Triton's model configuration form"
-        )
+    value = decode_override(model, value)
     try:  # the shape of a ModelConfig; completeness is the worker's check (auto-complete)
         json_format.ParseDict(value, model_config_pb2.ModelConfig())
     except json_format.ParseError as exc:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
+
+from shared.wire.errors import invalid
 
 
 def message_to_json(message: Any) -> dict[str, Any]:
@@ -53,3 +56,19 @@ def _int64_to_numbers(data: Any, descriptor: Any) -> Any:
         elif field.type in _INT64_TYPES:
             data[field.name] = [int(v) for v in value] if isinstance(value, list) else int(value)
     return data
+
+
+def decode_override(model: str, value: Any) -> dict[str, Any]:
+    """A load's config override (Triton's JSON form, as text or already decoded) as a dict, or
+    the error Triton gives for it. The repository API and BLS ``load_model`` both take one."""
+    if isinstance(value, bytes | str):
+        try:
+            value = msgspec.json.decode(value)
+        except msgspec.DecodeError as exc:
+            raise invalid(f"failed to load '{model}': Invalid config override: {exc}") from None
+    if not isinstance(value, dict):
+        raise invalid(
+            f"failed to load '{model}': Invalid config override: expected a JSON object in "
+            "Triton's model configuration form"
+        )
+    return value

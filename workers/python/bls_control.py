@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-import msgspec
 import redis.asyncio as aioredis
 
 from shared.fleet import control, heartbeats
+from shared.model_config.json_form import decode_override
 from shared.storage import model_files
 from shared.wire import keys
 from shared.wire.errors import ConchError, ErrorCode, invalid, unavailable
@@ -41,16 +41,7 @@ def load_request(
     """The override (Triton's JSON form) and the model files ``file:<path>`` -> bytes."""
     override: dict[str, Any] | None = None
     if config:
-        try:
-            value = msgspec.json.decode(config) if isinstance(config, str | bytes) else config
-        except msgspec.DecodeError as exc:
-            raise invalid(f"failed to load '{model}': Invalid config override: {exc}") from None
-        if not isinstance(value, dict):
-            raise invalid(
-                f"failed to load '{model}': Invalid config override: expected a JSON object in "
-                "Triton's model configuration form"
-            )
-        override = {"name": model, **value}
+        override = {"name": model, **decode_override(model, config)}
         if override["name"] != model:
             raise invalid(
                 f"failed to load '{model}': Invalid config override: field 'name' is "
