@@ -109,10 +109,10 @@ class Repositories:
                 errors[name] = exc.message
         return ScanResult(models=models, errors=errors)
 
-    def model_dir(self, name: str) -> Path | None:
-        """The directory of ``name`` if exactly one repository has it."""
-        found = [root / name for root in self.paths if (root / name).is_dir()]
-        return found[0] if len(found) == 1 else None
+    def dirs_of(self, name: str) -> list[Path]:
+        """Every directory named ``name`` in the repositories, from one look at each (more than
+        one: the name is not unique)."""
+        return [root / name for root in self.paths if (root / name).is_dir()]
 
     def fingerprints(self) -> dict[str, str]:
         """A digest per model directory name of its files' names, sizes and modification times

@@ -23,9 +23,11 @@ from gateway.rest.codec import parse_infer_request
 from shared.fleet import log_settings
 from shared.model_config import from_json
 from shared.storage import model_files
+from shared.storage.repositories import Repositories
 from shared.wire import tensors
 from shared.wire.envelope import Tensor
 from shared.wire.errors import ConchError, ErrorCode
+from workers.loading import control_actions
 
 
 def tensor(name: str, values: np.ndarray, datatype: str) -> Tensor:
@@ -212,6 +214,31 @@ def test_model_files_stay_in_the_model_directory(tmp_path: Any) -> None:
     for bad in ("/etc/passwd", "../x", "a/../../x", ""):
         with pytest.raises(ConchError):
             model_files.normalized("m", "file:" + bad)
+
+
+def test_an_upload_directory_made_by_a_neighbour_worker_is_not_a_duplicate(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers of one host share the repository: the first to write an upload creates the
+    model's directory, possibly while another looks for it. One look decides."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    repositories = Repositories([str(first), str(second)])
+    looked_at = type(first).is_dir
+
+    def neighbour_writes_after_the_look(path: Any) -> bool:
+        found = looked_at(path)
+        if path == first / "uploaded" and not found:
+            path.mkdir()
+        return found
+
+    monkeypatch.setattr(type(first), "is_dir", neighbour_writes_after_the_look)
+    assert control_actions._model_dir(repositories, "uploaded", True) == first / "uploaded"
+    assert control_actions._model_dir(repositories, "uploaded", True) == first / "uploaded"
+    (second / "uploaded").mkdir()
+    with pytest.raises(ConchError, match="not unique across all model repositories"):
+        control_actions._model_dir(repositories, "uploaded", True)
 
 
 # --- trace and log settings -------------------------------------------------------------------

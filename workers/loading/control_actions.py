@@ -125,15 +125,18 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
 
 def _model_dir(repositories: Repositories, name: str, uploading: bool) -> Path:
     """The model's directory in the repositories: the one holding it, or for files sent with
-    the load, a new one in the first repository; a name in two repositories is refused."""
-    found = repositories.model_dir(name)
-    if found is not None:
-        return found
-    if any((root / name).is_dir() for root in repositories.paths):
+    the load, a new one in the first repository; a name in two repositories is refused.
+
+    The repositories are looked at once: several workers of one host share them, and one may
+    create the directory of an upload between two looks of another's."""
+    found = repositories.dirs_of(name)
+    if len(found) == 1:
+        return found[0]
+    if found:
         raise ConchError(
             ErrorCode.INVALID_ARG,
             f"model '{name}' is not unique across all model repositories "
-            f"({', '.join(str(root) for root in repositories.paths if (root / name).is_dir())})",
+            f"({', '.join(str(path.parent) for path in found)})",
         )
     return repositories.upload_root / name if uploading else repositories.paths[0] / name
 
