@@ -17,14 +17,20 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 
+# Every backend's extra: the example repository has a model for each (the images install one).
+EXTRAS ?= onnx,torch,openvino,fil,tensorflow
+
 install: $(PY)
 	$(PIP) $(TORCH)
-	$(PIP) -e ".[onnx,torch]"
+	$(PIP) -e ".[$(EXTRAS)]"
 
 models: install
 	$(PY) examples/make_models.py $(REPO)
 	$(PY) examples/make_backend_models.py $(REPO)
 	$(PY) examples/make_generative_models.py $(REPO)
+	$(PY) examples/make_openvino_models.py $(REPO)
+	$(PY) examples/make_fil_models.py $(REPO)
+	$(PY) examples/make_tensorflow_models.py $(REPO)
 
 # One command: install, generate the example repository, start the whole mesh.
 up: models
@@ -32,7 +38,7 @@ up: models
 
 install-test: $(PY) prometheus
 	$(PIP) $(TORCH)
-	$(PIP) -e ".[onnx,torch,test,deploy]"
+	$(PIP) -e ".[$(EXTRAS),test,deploy]"
 	@test -x .conch/perf_analyzer/bin/perf_analyzer || scripts/fetch_perf_analyzer.sh
 
 # Prometheus and promtool (Debian) for the observability tests; skipped where already present.

@@ -22,7 +22,7 @@ from shared.storage.repositories import Repositories
 log = logging.getLogger("conch.up")
 
 # Backends served by a worker service; anything else in a repository is reported, not started.
-WORKER_BACKENDS = ("onnxruntime", "pytorch", "python", "tensorrt")
+WORKER_BACKENDS = ("onnxruntime", "pytorch", "python", "tensorrt", "openvino", "fil", "tensorflow")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@ from workers.settings import WorkerSettings
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="conch worker", description=__doc__)
-    parser.add_argument("--backend", help="onnxruntime | pytorch | python | tensorrt")
+    parser.add_argument(
+        "--backend", help="onnxruntime | pytorch | python | tensorrt | openvino | fil | tensorflow"
+    )
     parser.add_argument(
         "--model-repository",
         help="the model repositories: paths or s3:// locations, comma-separated",

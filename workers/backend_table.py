@@ -1,7 +1,7 @@
 """The backend table: backend name -> its implementation class.
 
 Each backend's module is imported only when a worker asks for it, so a worker imports the one
-backend it serves and not the others' heavy dependencies (onnxruntime, torch, tensorrt).
+backend it serves and not the others' heavy dependencies (onnxruntime, torch, tensorflow...).
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ BACKENDS: dict[str, str] = {
     "pytorch": "workers.pytorch.backend:PyTorchBackend",
     "python": "workers.python.backend:PythonBackend",
     "tensorrt": "workers.tensorrt.backend:TensorRTBackend",
+    "openvino": "workers.openvino.backend:OpenVinoBackend",
+    "fil": "workers.fil.backend:FilBackend",
+    "tensorflow": "workers.tensorflow.backend:TensorFlowBackend",
 }
 
 

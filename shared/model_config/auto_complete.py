@@ -20,6 +20,8 @@ _BY_FILENAME = {
     "model.pt": ("pytorch_libtorch", "pytorch"),
     "model.pt2": ("pytorch_torch_export", "pytorch"),
     "model.py": ("", "python"),
+    "model.xml": ("", "openvino"),
+    "model.savedmodel": ("tensorflow_savedmodel", "tensorflow"),
 }
 _BY_SUFFIX = {Path(name).suffix: found for name, found in _BY_FILENAME.items()}
 

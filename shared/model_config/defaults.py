@@ -14,12 +14,14 @@ PLATFORM_BACKENDS = {
     "pytorch_libtorch": "pytorch",
     "pytorch_torch_export": "pytorch",
     "tensorrt_plan": "tensorrt",
+    "tensorflow_savedmodel": "tensorflow",
     "ensemble": "ensemble",
 }
 BACKEND_PLATFORMS = {
     "onnxruntime": "onnxruntime_onnx",
     "pytorch": "pytorch_libtorch",
     "tensorrt": "tensorrt_plan",
+    "tensorflow": "tensorflow_savedmodel",
 }
 # File names Triton looks for when default_model_filename is unset.
 DEFAULT_MODEL_FILENAMES = {
@@ -27,6 +29,10 @@ DEFAULT_MODEL_FILENAMES = {
     "pytorch": "model.pt",
     "tensorrt": "model.plan",
     "python": "model.py",
+    "openvino": "model.xml",
+    "tensorflow": "model.savedmodel",
+    # FIL's file depends on its model_type parameter (workers.fil): default_model_filename or
+    # the backend's own choice.
 }
 
 
