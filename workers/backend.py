@@ -107,8 +107,8 @@ class ModelInstance(abc.ABC):
 
     def execute_decoupled(self, requests: list[ModelRequest], sink: FrameSink) -> Execution:
         """A decoupled model's execute: responses go to ``sink`` as they are sent, also after
-        this returns (the results of the returned Execution are not used). Only backends that
-        serve ``model_transaction_policy { decoupled: true }`` implement it."""
+        this returns (the results of the returned Execution are not used). Only the instances of
+        backends with ``Backend.streams`` implement it."""
         raise ConchError(ErrorCode.UNSUPPORTED, "this backend does not serve decoupled models")
 
     def cancel(self, request_ids: list[str]) -> None:  # noqa: B027 - optional hook
@@ -125,9 +125,23 @@ class Backend(abc.ABC):
     """A family of models a worker service can load, e.g. every ``onnxruntime_onnx`` model."""
 
     name: ClassVar[str]
+    # Whether its instances implement ``execute_decoupled``: a model of a backend that cannot
+    # stream is refused at load when its configuration asks for decoupled responses.
+    streams: ClassVar[bool] = False
 
     def accepts(self, config: ModelConfig) -> bool:
         return config.backend == self.name
+
+    def check_decoupled(self, config: ModelConfig) -> None:
+        """Refuse ``model_transaction_policy { decoupled: true }`` where the backend cannot
+        send a request's responses one by one (Triton's framework backends refuse it too)."""
+        if config.decoupled and not self.streams:
+            raise ConchError(
+                ErrorCode.INVALID_ARG,
+                f"model '{config.name}': backend '{self.name}' does not serve decoupled models "
+                "(model_transaction_policy.decoupled); the backends that stream are python and "
+                "the Python-based backends of --backend-directory",
+            )
 
     @abc.abstractmethod
     def load(self, spec: LoadSpec) -> ModelInstance: ...

@@ -48,6 +48,7 @@ def load_version(
     config = model.config
     devices = devices or Devices()
     check_sequence_support(config, model.path)
+    backend.check_decoupled(config)
     try:
         for placement in placements(config, devices, devices.visible()):
             spec = LoadSpec(

@@ -46,6 +46,7 @@ INSTANCES: weakref.WeakSet[PythonModelInstance] = weakref.WeakSet()
 
 class PythonBackend(Backend):
     name = "python"
+    streams = True
 
     def __init__(self) -> None:
         custom_metrics.register(lambda: [i.custom_metrics for i in list(INSTANCES)])
