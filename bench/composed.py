@@ -26,16 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import subprocess
 import sys
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench import perf_analyzer
+
 DEFAULT_BLS = "bls_pipeline=add_sub,add_sub_chain"
 
 
@@ -58,13 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-ms", type=int, default=4000)
     args = parser.parse_args(argv)
     bls = dict(_bls_calls(spec) for spec in args.bls.split(";") if spec)
-    base = os.environ.get("CONCH_PERF_ANALYZER_DIR", str(ROOT / ".conch" / "perf_analyzer"))
     rows = []
     for model in [m for m in args.models.split(",") if m]:
         config = _get(args.url, f"/v2/models/{model}/config")
         involved = _involved(args.url, model, config, bls.get(model, []))
         before = {m: _stats(args.url, m) for m in involved}
-        client = _perf_analyzer(base, args.url, model, args.concurrency, args.interval_ms)
+        figures = perf_analyzer.run(args.url, model, args.concurrency, args.interval_ms)
+        client = (figures.p50_us, figures.p99_us)
         after = {m: _stats(args.url, m) for m in involved}
         usage = {m: _usage(before[m], after[m]) for m in involved}
         own = {m: _delay_us(args.url, m) + usage[m].compute_us for m in involved}
@@ -165,33 +162,6 @@ def _critical_path(steps: list[dict[str, Any]], own: dict[str, float]) -> list[s
         return best[index]
 
     return max((longest(i) for i in range(len(steps))), key=lambda p: p[0])[1]
-
-
-def _perf_analyzer(
-    base: str, url: str, model: str, concurrency: int, interval_ms: int
-) -> tuple[float, float]:
-    binary = Path(base) / "bin" / "perf_analyzer"
-    if not binary.exists():
-        raise SystemExit(f"no perf_analyzer at {binary}: run scripts/fetch_perf_analyzer.sh")
-    run = subprocess.run(
-        [
-            str(binary),
-            *("-m", model, "-u", url, "-i", "http", "--percentile", "50"),
-            *("--concurrency-range", str(concurrency), "--measurement-interval", str(interval_ms)),
-            *("-s", "1000", "--max-trials", "3"),
-        ],
-        env={**os.environ, "LD_LIBRARY_PATH": str(Path(base) / "lib")},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if run.returncode != 0:
-        raise SystemExit(f"perf_analyzer on {model} failed:\n{run.stdout}\n{run.stderr}")
-    p50 = re.search(r"p50 latency: (\d+) usec", run.stdout)
-    p99 = re.search(r"p99 latency: (\d+) usec", run.stdout)
-    if p50 is None or p99 is None:
-        raise SystemExit(f"perf_analyzer on {model}: no percentiles in\n{run.stdout}")
-    return float(p50.group(1)), float(p99.group(1))
 
 
 if __name__ == "__main__":
