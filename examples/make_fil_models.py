@@ -22,6 +22,7 @@ import importlib.util
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -112,13 +113,18 @@ def fil_lightgbm(repo: Path) -> None:
     )
 
 
-def fil_sklearn(repo: Path) -> None:
-    import treelite.sklearn
+def sklearn_forest() -> Any:
+    """The scikit-learn forest behind ``fil_sklearn`` (the same every call: fixed seeds)."""
     from sklearn.ensemble import RandomForestClassifier
 
     x, y = data(3)
-    forest = RandomForestClassifier(n_estimators=20, max_depth=6, random_state=SEED).fit(x, y)
-    checkpoint = treelite.sklearn.import_model(forest)
+    return RandomForestClassifier(n_estimators=20, max_depth=6, random_state=SEED).fit(x, y)
+
+
+def fil_sklearn(repo: Path) -> None:
+    import treelite.sklearn
+
+    checkpoint = treelite.sklearn.import_model(sklearn_forest())
     path = write(repo, "fil_sklearn", "checkpoint.tl", config("treelite_checkpoint", 3, True, True))
     checkpoint.serialize(str(path))
 
