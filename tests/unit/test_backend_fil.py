@@ -265,3 +265,55 @@ def test_load_errors_name_the_file_and_the_kind(xgb_model: tuple[Path, np.ndarra
         FilBackend().load(_spec(as_lightgbm, version))
     with pytest.raises(ConchError, match="KIND_CPU or KIND_AUTO instead of KIND_GPU"):
         FilBackend().load(_spec(_config(), version, kind="KIND_GPU"))
+
+
+def _save_and_expect(kind: str, version: Path) -> tuple[str, str, str, np.ndarray, np.ndarray]:
+    """(model_type, parameters, dims, rows, the library's own answer) for one format."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((200, 4)).astype(np.float32)
+    y3 = np.digitize(x[:, 0] + x[:, 1], [-0.5, 0.5])
+    if kind == "xgboost_softmax":  # class ids from xgboost, FIL's argmax of the softmax
+        xgboost = pytest.importorskip("xgboost")
+        params = {"objective": "multi:softmax", "num_class": 3, "max_depth": 3, "nthread": 1}
+        booster = xgboost.train(params, xgboost.DMatrix(x, label=y3), num_boost_round=5)
+        booster.save_model(version / "xgboost.ubj")
+        expected = booster.predict(xgboost.DMatrix(x)).reshape(-1, 1)
+        return "xgboost_ubj", "false", "1", x, expected
+    if kind == "lightgbm_multiclass":
+        lightgbm = pytest.importorskip("lightgbm")
+        params = {"objective": "multiclass", "num_class": 3, "verbose": -1, "num_threads": 1}
+        booster = lightgbm.train(params, lightgbm.Dataset(x, label=y3), num_boost_round=5)
+        booster.save_model(version / "model.txt")
+        return "lightgbm", "true", "3", x, booster.predict(x)
+    pytest.importorskip("treelite")
+    import treelite.sklearn
+    from sklearn.ensemble import ExtraTreesClassifier
+
+    forest = ExtraTreesClassifier(n_estimators=5, max_depth=4, random_state=0).fit(x, y3 > 0)
+    treelite.sklearn.import_model(forest).serialize(str(version / "checkpoint.tl"))
+    return "treelite_checkpoint", "true", "2", x, forest.predict_proba(x)
+
+
+@pytest.mark.parametrize("kind", ["xgboost_softmax", "lightgbm_multiclass", "sklearn_binary"])
+def test_each_format_answers_what_its_library_predicts(kind: str, tmp_path: Path) -> None:
+    version = tmp_path / "1"
+    version.mkdir()
+    model_type, proba, width, x, expected = _save_and_expect(kind, version)
+    config = parse_pbtxt(
+        f"""name: "f" backend: "fil" max_batch_size: 256
+        input [ {{ name: "input__0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+        output [ {{ name: "output__0" data_type: TYPE_FP32 dims: [ {width} ] }} ]
+        parameters [
+          {{ key: "model_type" value: {{ string_value: "{model_type}" }} }},
+          {{ key: "output_class" value: {{ string_value: "true" }} }},
+          {{ key: "predict_proba" value: {{ string_value: "{proba}" }} }}
+        ]"""
+    )
+    instance = FilBackend().load(_spec(config, version))
+    requests = [ModelRequest(str(i), {"input__0": x[i::4]}, ["output__0"]) for i in range(4)]
+    results = instance.execute(requests).results
+    for i, result in enumerate(results):
+        assert result.error is None, result.error
+        np.testing.assert_allclose(
+            result.outputs["output__0"], expected[i::4], rtol=1e-6, atol=1e-7
+        )
