@@ -161,7 +161,10 @@ def _check_dims(config: ModelConfig, spec: TensorSpec, shape: Any) -> None:
     if not fits:
         shown = [d.get_length() if d.is_static else -1 for d in model_dims]
         lead = (
-            "an initial batch dimension because max_batch_size > 0 followed by " if batched else ""
+            "an initial batch dimension because max_batch_size > 0 followed by the explicit "
+            "tensor shape, making complete "
+            if batched
+            else ""
         )
         raise ConchError(
             ErrorCode.INVALID_ARG,
