@@ -123,7 +123,7 @@ def test_concurrent_requests_run_as_batches(ov_mesh: OpenVinoMesh) -> None:
             tensor = aiohttpclient.InferInput("INPUT0", [1, 256], "FP32")
             tensor.set_data_from_numpy(x[row : row + 1])
             result = await client.infer("openvino_mlp", [tensor])
-            return result.as_numpy("OUTPUT0")
+            return np.asarray(result.as_numpy("OUTPUT0"))
 
         try:
             return await asyncio.gather(*(call(row) for row in range(len(x))))
