@@ -214,3 +214,18 @@ def test_gpu_instances_and_a_missing_file_are_refused(ir: Path) -> None:
     with pytest.raises(ConchError, match="unable to find") as info:
         _load(ir, BATCHED + 'default_model_filename: "model.onnx"')
     assert info.value.code == ErrorCode.NOT_FOUND
+
+
+def test_reshape_turns_the_configured_dims_into_the_model_s_and_back(ir: Path) -> None:
+    text = BATCHED.replace(
+        'name: "x" data_type: TYPE_FP32 dims: [ 4 ]',
+        'name: "x" data_type: TYPE_FP32 dims: [ 2, 2 ] reshape: { shape: [ 4 ] }',
+    ).replace(
+        'name: "relu" data_type: TYPE_FP32 dims: [ 4 ]',
+        'name: "relu" data_type: TYPE_FP32 dims: [ 1, 4 ] reshape: { shape: [ 4 ] }',
+    )
+    instance = _load(ir, text)
+    x = np.array([[[1, -2], [3, -4]]], np.float32)
+    (result,) = instance.execute([ModelRequest("a", {"x": x}, ["double", "relu"])]).results
+    np.testing.assert_array_equal(result.outputs["double"], [[2, -4, 6, -8]])
+    np.testing.assert_array_equal(result.outputs["relu"], [[[1, 0, 3, 0]]])

@@ -165,7 +165,9 @@ class OpenVinoInstance(TensorModelInstance):
             if pad:
                 value = np.concatenate([value, np.zeros((pad, *value.shape[1:]), dtype)])
             feed[index] = value
-        results = self.request.infer(feed)
+        # The inputs are read in place (no copy); the outputs are copied out of the request,
+        # which the next batch reuses.
+        results = self.request.infer(feed, share_inputs=True)
         outputs: dict[str, np.ndarray] = {}
         for name in output_names:
             index, dims = self._outputs[name]
