@@ -229,3 +229,23 @@ def test_reshape_turns_the_configured_dims_into_the_model_s_and_back(ir: Path) -
     (result,) = instance.execute([ModelRequest("a", {"x": x}, ["double", "relu"])]).results
     np.testing.assert_array_equal(result.outputs["double"], [[2, -4, 6, -8]])
     np.testing.assert_array_equal(result.outputs["relu"], [[[1, 0, 3, 0]]])
+
+
+def test_reshape_io_layers_gives_the_model_the_configured_dims(ir: Path) -> None:
+    text = (
+        'name: "tiny" backend: "openvino" max_batch_size: 0\n'
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]\n'
+        'output [ { name: "double" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]\n'
+        'parameters { key: "RESHAPE_IO_LAYERS" value: { string_value: "yes" } }\n'
+    )
+    with pytest.raises(ConchError, match="configuration expects 2 inputs, model provides 1"):
+        _load(ir, text.replace("input [", 'input [ { name: "y" data_type: TYPE_FP32 dims: [1] },'))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)  # the IR's rows are 4 wide
+    (result,) = _load(ir, text).execute([ModelRequest("a", {"x": x}, ["double"])]).results
+    np.testing.assert_array_equal(result.outputs["double"], 2 * x)
+    (fails,) = (
+        _load(ir, text.replace("yes", "no"))
+        .execute([ModelRequest("a", {"x": x}, ["double"])])
+        .results
+    )
+    assert fails.error is not None
