@@ -249,3 +249,11 @@ def test_reshape_io_layers_gives_the_model_the_configured_dims(ir: Path) -> None
         .results
     )
     assert fails.error is not None
+
+
+def test_an_ir_without_its_weights_fails_to_load_clearly(ir: Path) -> None:
+    (ir / "1" / "model.bin").unlink()
+    with pytest.raises(ConchError, match="OpenVINO cannot read") as info:
+        _load(ir, BATCHED)
+    assert info.value.code == ErrorCode.INVALID_ARG
+    assert "model.xml" in info.value.message

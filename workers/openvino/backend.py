@@ -75,7 +75,7 @@ def _read(core: Any, model: str, path: Path) -> Any:
     except RuntimeError as exc:
         raise ConchError(
             ErrorCode.INVALID_ARG,
-            f"model '{model}': OpenVINO cannot read '{path}': {ports.first_line(exc)}",
+            f"model '{model}': OpenVINO cannot read '{path}': {ports.reason(exc)}",
         ) from exc
 
 
@@ -122,7 +122,7 @@ class OpenVinoInstance(TensorModelInstance):
             raise ConchError(
                 ErrorCode.INVALID_ARG,
                 f"model '{config.name}': OpenVINO cannot compile it for {DEVICE} with "
-                f"{properties}: {ports.first_line(exc)}",
+                f"{properties}: {ports.reason(exc)}",
             ) from exc
         self.request = self.compiled.create_infer_request()
         # config name -> (port index, numpy dtype, model-side dims from `reshape` or None)

@@ -116,7 +116,7 @@ def prepare(
         raise ConchError(
             ErrorCode.INVALID_ARG,
             f"unable to load model '{name}': OpenVINO cannot reshape its inputs to "
-            f"{ {str(i): str(s) for i, s in shapes.items()} }: {first_line(exc)}{hint}",
+            f"{ {str(i): str(s) for i, s in shapes.items()} }: {reason(exc)}{hint}",
         ) from exc
     for spec, index in zip(config.outputs, outputs, strict=True):
         _check_dims(config, spec, model.outputs[index].get_partial_shape())
@@ -174,6 +174,7 @@ def _check_dims(config: ModelConfig, spec: TensorSpec, shape: Any) -> None:
         )
 
 
-def first_line(exc: BaseException) -> str:
+def reason(exc: BaseException) -> str:
+    """OpenVINO's exception text ends with the reason, after lines of source locations."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
     return lines[-1] if lines else type(exc).__name__
