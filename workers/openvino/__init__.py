@@ -1,0 +1,1 @@
+"""The OpenVINO backend (``backend: "openvino"``), on CPU."""
