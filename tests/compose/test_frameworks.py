@@ -1,0 +1,49 @@
+"""The other frameworks' workers in the compose stack (profile cpu): each example model answers
+through Envoy what its framework says, computed here from the same files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from tests.compose.conftest import GRPC, HTTP, ROOT
+
+REPOSITORY = ROOT / "examples" / "model_repository"
+
+
+def _ask(protocol: str, model: str, name: str, value: np.ndarray, output: str) -> np.ndarray:
+    module = httpclient if protocol == "http" else grpcclient
+    client = (
+        httpclient.InferenceServerClient(HTTP)
+        if protocol == "http"
+        else grpcclient.InferenceServerClient(GRPC)
+    )
+    tensor = module.InferInput(name, list(value.shape), "FP32")
+    tensor.set_data_from_numpy(value)
+    answer = client.infer(model, [tensor]).as_numpy(output)
+    assert answer is not None
+    return answer
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_openvino_answers_what_openvino_computes(protocol: str) -> None:
+    ov = pytest.importorskip("openvino")
+    x = np.random.default_rng(3).standard_normal((3, 256)).astype(np.float32)
+    model = str(REPOSITORY / "openvino_mlp" / "1" / "model.xml")
+    # f32 as the worker runs it (OpenVINO would pick bf16 on a CPU with AMX).
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    expected = compiled(x)[compiled.output(0)]
+    got = _ask(protocol, "openvino_mlp", "INPUT0", x, "OUTPUT0")
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_fil_answers_what_xgboost_predicts(protocol: str) -> None:
+    xgboost = pytest.importorskip("xgboost")
+    x = np.random.default_rng(4).standard_normal((5, 16)).astype(np.float32)
+    booster = xgboost.Booster(model_file=str(REPOSITORY / "fil_xgboost" / "1" / "xgboost.ubj"))
+    p = booster.inplace_predict(x)
+    got = _ask(protocol, "fil_xgboost", "input__0", x, "output__0")
+    np.testing.assert_allclose(got, np.stack([1 - p, p], axis=1), rtol=1e-5, atol=1e-6)
