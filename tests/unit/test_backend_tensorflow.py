@@ -218,3 +218,18 @@ def test_a_missing_signature_or_tag_fails_the_load_naming_it(saved: Path) -> Non
         _load(saved, {"parameters": {"TF_SIGNATURE_DEF": {"string_value": "nope"}}})
     with pytest.raises(ConchError, match="expected 'gpu' tag"):
         _load(saved, {"parameters": {"TF_GRAPH_TAG": {"string_value": "gpu"}}})
+
+
+def test_a_graphdef_model_is_refused_saying_what_to_do(tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow")
+    from workers.tensorflow.backend import TensorFlowBackend
+
+    config = parse_pbtxt(
+        'name: "g"\nplatform: "tensorflow_graphdef"\n'
+        'input [{name: "x" data_type: TYPE_FP32 dims: [1]}]\n'
+        'output [{name: "y" data_type: TYPE_FP32 dims: [1]}]'
+    )
+    assert config.backend == "tensorflow"  # Triton's mapping: the tensorflow worker answers
+    spec = LoadSpec(config, 1, tmp_path / "1", tmp_path, config.instance_groups[0], 0)
+    with pytest.raises(ConchError, match=r"'tensorflow_graphdef' is not served.*SavedModel"):
+        TensorFlowBackend().load(spec)
