@@ -15,6 +15,9 @@ PLATFORM_BACKENDS = {
     "pytorch_torch_export": "pytorch",
     "tensorrt_plan": "tensorrt",
     "tensorflow_savedmodel": "tensorflow",
+    # Claimed so the tensorflow worker refuses it with a reason (workers.tensorflow), not a parse
+    # error saying the backend is empty.
+    "tensorflow_graphdef": "tensorflow",
     "ensemble": "ensemble",
 }
 BACKEND_PLATFORMS = {
