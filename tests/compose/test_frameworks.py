@@ -47,3 +47,13 @@ def test_fil_answers_what_xgboost_predicts(protocol: str) -> None:
     p = booster.inplace_predict(x)
     got = _ask(protocol, "fil_xgboost", "input__0", x, "output__0")
     np.testing.assert_allclose(got, np.stack([1 - p, p], axis=1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_tensorflow_answers_what_the_saved_model_computes(protocol: str) -> None:
+    tf = pytest.importorskip("tensorflow")
+    x = np.random.default_rng(5).standard_normal((4, 8)).astype(np.float32)
+    saved = tf.saved_model.load(str(REPOSITORY / "tf_mlp" / "1" / "model.savedmodel"))
+    expected = saved.signatures["serving_default"](features=tf.constant(x))
+    got = _ask(protocol, "tf_mlp", "features", x, "probabilities")
+    np.testing.assert_allclose(got, expected["probabilities"].numpy(), rtol=1e-5, atol=1e-6)
