@@ -248,17 +248,22 @@ def test_tiny_llm_streams_over_grpc_token_for_token(
     assert whole.json()["text_output"] == PROMPT + expected
 
 
-def test_conch_up_with_the_backend_directory_serves_the_repository(
-    layout: tuple[Path, Path, Path], tmp_path: Path
-) -> None:
-    _, backends, _ = layout
-    repo = tmp_path / "repo"
+def test_conch_up_with_the_backend_directory_serves_the_repository(tmp_path: Path) -> None:
+    # A backend only the flag's directory has (examples/backends is searched by default).
+    repo, backends = tmp_path / "repo", tmp_path / "my_backends"
+    shutil.copytree(EXAMPLE_BACKENDS / "wordcount", backends / "textstats")
     subprocess.run(
         [sys.executable, str(SCRIPT), str(repo), "--skip-tiny-llm"],
         check=True,
         capture_output=True,
         cwd=ROOT,
     )
+    for name in ("wordcount", "wordcount_csv"):
+        config = repo / name / "config.pbtxt"
+        config.write_text(
+            config.read_text().replace('backend: "wordcount"', 'backend: "textstats"')
+        )
+    assert 'backend: "textstats"' in (repo / "wordcount" / "config.pbtxt").read_text()
     port = free_port()
     process = start_conch_up(
         repo, "--http-port", str(port), "--backend-directory", str(backends), "--gateways", "1"
