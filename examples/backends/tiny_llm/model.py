@@ -19,6 +19,7 @@ per token with ``stream``, else one with the whole text.
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
@@ -49,7 +50,7 @@ OUTPUTS = [
 ]
 
 
-def engine_args(model_dir):
+def engine_args(model_dir: str) -> dict[str, Any]:
     """``model.json`` of the version directory; unknown keys are refused, naming the file."""
     path = os.path.join(model_dir, ENGINE_ARGS_FILE)
     if not os.path.isfile(path):
@@ -59,19 +60,19 @@ def engine_args(model_dir):
         )
     with open(path, encoding="utf-8") as file:
         args = json.load(file)
-    unknown = sorted(set(args) - KEYS) if isinstance(args, dict) else None
-    if unknown is None or unknown:
+    if not isinstance(args, dict) or set(args) - KEYS:
+        got = sorted(args) if isinstance(args, dict) else type(args).__name__
         raise pb_utils.TritonModelException(
-            f"{path}: expected a JSON object with keys among {sorted(KEYS)}, got {unknown}"
+            f"{path}: expected a JSON object with keys among {sorted(KEYS)}, got {got}"
         )
-    return args
+    return dict(args)
 
 
 class TritonPythonModel(GenerativeModel):
     pb_utils = pb_utils
 
     @staticmethod
-    def auto_complete_config(auto_complete_model_config):
+    def auto_complete_config(auto_complete_model_config: Any) -> Any:
         """vLLM's tensors, decoupled responses and no batch dimension (its backend's choices)."""
         config = auto_complete_model_config.as_dict()
         have = {t["name"] for t in config.get("input", []) + config.get("output", [])}
@@ -88,15 +89,17 @@ class TritonPythonModel(GenerativeModel):
         auto_complete_model_config.set_max_batch_size(0)
         return auto_complete_model_config
 
-    def initialize(self, args):
+    def initialize(self, args: dict[str, Any]) -> None:
         self._engine_args = engine_args(pb_utils.get_model_dir())
         super().initialize(args)
 
-    def checkpoint_dir(self, args):
-        return Path(pb_utils.get_model_dir()) / self._engine_args.get("model", ".")
+    def checkpoint_dir(self, args: dict[str, Any]) -> Path:
+        return Path(pb_utils.get_model_dir()) / str(self._engine_args.get("model", "."))
 
-    def engine_settings(self, config):
-        settings = {"batching": str(self._engine_args.get("batching", "continuous"))}
+    def engine_settings(self, config: dict[str, Any]) -> dict[str, Any]:
+        settings: dict[str, Any] = {
+            "batching": str(self._engine_args.get("batching", "continuous"))
+        }
         for key, default in ENGINE_DEFAULTS.items():
             value = self._engine_args.get(key, default)
             if not isinstance(value, int):

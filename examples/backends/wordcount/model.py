@@ -17,6 +17,7 @@ words of each row) and ``UNIQUE`` (the distinct ones). Batched: the dynamic batc
 
 import json
 import os
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -25,7 +26,7 @@ SETTINGS_FILE = "model.json"
 DEFAULTS = {"separator": None, "lowercase": True, "min_length": 1}
 
 
-def read_settings(model_dir):
+def read_settings(model_dir: str) -> dict[str, Any]:
     """The model's ``model.json`` over the defaults; unknown keys and wrong types are refused."""
     settings = dict(DEFAULTS)
     path = os.path.join(model_dir, SETTINGS_FILE)
@@ -47,7 +48,9 @@ def read_settings(model_dir):
     return settings
 
 
-def count_words(texts, separator=None, lowercase=True, min_length=1):
+def count_words(
+    texts: list[Any], separator: str | None = None, lowercase: bool = True, min_length: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """(COUNT, UNIQUE) for each text: the function the backend serves, callable in-process."""
     counts = np.zeros(len(texts), dtype=np.int64)
     unique = np.zeros(len(texts), dtype=np.int64)
@@ -61,7 +64,7 @@ def count_words(texts, separator=None, lowercase=True, min_length=1):
 
 class TritonPythonModel:
     @staticmethod
-    def auto_complete_config(auto_complete_model_config):
+    def auto_complete_config(auto_complete_model_config: Any) -> Any:
         """The backend's tensors, so a model's config.pbtxt may name only the backend."""
         config = auto_complete_model_config.as_dict()
         have = {t["name"] for t in config.get("input", []) + config.get("output", [])}
@@ -76,18 +79,20 @@ class TritonPythonModel:
                 )
         return auto_complete_model_config
 
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         self.settings = read_settings(pb_utils.get_model_dir())
         self.batched = json.loads(args["model_config"]).get("max_batch_size", 0) > 0
 
-    def execute(self, requests):
-        texts, sizes = [], []
+    def execute(self, requests: list[Any]) -> list[Any]:
+        texts: list[Any] = []
+        sizes: list[int] = []
         for request in requests:
             rows = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
             texts.extend(rows.tolist())
             sizes.append(len(rows))
         counts, unique = count_words(texts, **self.settings)
-        responses, start = [], 0
+        responses: list[Any] = []
+        start = 0
         for size in sizes:
             shape = (size, 1) if self.batched else (size,)
             outputs = [
