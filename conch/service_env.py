@@ -8,6 +8,7 @@ import ssl
 from pathlib import Path
 
 from conch import http_wait
+from shared.model_config import python_based
 
 
 def gateway_env(args: argparse.Namespace, admin_token: str, cache_url: str) -> dict[str, str]:
@@ -109,6 +110,10 @@ def worker_env(args: argparse.Namespace, cache_dir: Path | None = None) -> dict[
         "CONCH_WORKER_RATE_LIMIT": args.rate_limit,
         "CONCH_WORKER_RATE_LIMIT_RESOURCES": ",".join(args.rate_limit_resource),
     }
+    if getattr(args, "backend_directory", ""):  # else the worker's default directories
+        env["CONCH_WORKER_BACKEND_DIRECTORY"] = ":".join(
+            str(d.resolve()) for d in python_based.parse_directories(args.backend_directory)
+        )
     if cache_dir is not None:
         env["CONCH_WORKER_REPOSITORY_CACHE_DIR"] = str(cache_dir)
     return env

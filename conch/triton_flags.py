@@ -148,6 +148,14 @@ def add_model_control(parser: argparse.ArgumentParser) -> None:
         help="the configuration file to read in each model's configs/ directory "
         "(configs/NAME.pbtxt), else config.pbtxt",
     )
+    group.add_argument(
+        "--backend-directory",
+        default="",
+        metavar="DIR",
+        help='where Python-based backends are: a model with backend: "NAME" is served by the '
+        "python worker with DIR/NAME/model.py; several DIRs separated by ':' or ',', searched in "
+        "order (default: /opt/tritonserver/backends, then Conch's examples/backends)",
+    )
     add_boolean(
         group,
         "--exit-on-error",

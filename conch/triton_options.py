@@ -285,11 +285,13 @@ OPTIONS: tuple[TritonOption, ...] = (
     _no("trace-count", "DEPRECATED", _TRACE),
     _no("trace-log-frequency", "DEPRECATED", _TRACE),
     # Backend and repository agents
-    _no(
+    _i(
         "backend-directory",
         "Backend",
-        "Conch's backends are Python packages of its workers (workers/<backend>), not shared "
-        "libraries to search for",
+        'where Python-based backends are (backend: "NAME" served by DIR/NAME/model.py, '
+        "as Triton's vLLM backend is), for the python worker; several separated by ':' or ','; "
+        "default /opt/tritonserver/backends, then Conch's examples/backends "
+        "(docs/backends/python-based.md)",
     ),
     _no(
         "backend-config",

@@ -35,7 +35,11 @@ RUN --mount=type=secret,id=ca \
 COPY --from=build /wheels /tmp/wheels
 RUN conch-pip install --no-deps --no-index --constraint /tmp/constraints.txt /tmp/wheels/*.whl \
  && rm -rf /tmp/wheels
+# Python-based backends (backend: "NAME" -> <dir>/NAME/model.py; docs/backends/python-based.md):
+# Triton's directory first (mount a user's backends there, as with Triton), then Conch's examples.
+COPY examples/backends /opt/conch/backends
 ENV CONCH_WORKER_BACKEND=python \
+    CONCH_WORKER_BACKEND_DIRECTORY=/opt/tritonserver/backends:/opt/conch/backends \
     CONCH_WORKER_MODEL_REPOSITORY=/models \
     CONCH_WORKER_HEALTH_PORT=8020 \
     CONCH_HEALTHCHECK_URL=http://127.0.0.1:8020/v2/health/ready

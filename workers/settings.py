@@ -35,6 +35,12 @@ class WorkerSettings(Settings, kw_only=True):
     # Where the local copies of remote (s3://) repositories are kept; "": the user's cache
     # directory (~/.cache/conch/repositories).
     repository_cache_dir: str = ""
+    # Triton's --backend-directory, for the python worker: where Python-based backends are
+    # (backend: "NAME" served by <directory>/NAME/model.py). Several directories are separated
+    # by ':' or ',' and searched in order; empty: /opt/tritonserver/backends, then the example
+    # backends of a Conch source checkout (examples/backends). A built-in backend's name
+    # (onnxruntime, pytorch, python...) is never looked for there.
+    backend_directory: str = ""
     # Names of the models to load; empty: every model of this worker's backend.
     models: list[str] = []
     # Physical ids of the GPUs this worker drives (``conch up`` pins one worker per GPU with

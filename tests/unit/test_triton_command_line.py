@@ -176,11 +176,11 @@ def test_conch_up_refuses_in_one_line_with_exit_code_2(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["up", "--model-repository=/models", "--backend-directory=/opt/tritonserver/backends"])
+        main(["up", "--model-repository=/models", "--repoagent-directory=/opt/tritonserver/ra"])
     assert exit_info.value.code == 2
     said = capsys.readouterr().err.strip().splitlines()
-    reason = triton_options.BY_NAME["backend-directory"].conch
-    assert said == [f"conch up: --backend-directory is not supported: {reason}"]
+    reason = triton_options.BY_NAME["repoagent-directory"].conch
+    assert said == [f"conch up: --repoagent-directory is not supported: {reason}"]
 
 
 def test_a_name_neither_conch_nor_triton_has_keeps_argparses_error(

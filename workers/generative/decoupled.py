@@ -84,11 +84,10 @@ class GenerativeModel:
                 f"model '{args['model_name']}' streams tokens: its config.pbtxt needs "
                 "model_transaction_policy { decoupled: true }"
             )
-        directory = Path(args["model_repository"]) / str(args["model_version"])
-        model, vocab = checkpoint.load(directory, instance_device(args))
+        model, vocab = checkpoint.load(self.checkpoint_dir(args), instance_device(args))
         labels = {"model": args["model_name"], "version": str(args["model_version"])}
         self.engine = Engine(
-            model, vocab, metrics=FamilyMetrics(pb, labels), **engine_settings(config)
+            model, vocab, metrics=FamilyMetrics(pb, labels), **self.engine_settings(config)
         )
         self.loop = EngineLoop(self.engine).start()
         self._ids = itertools.count()
@@ -97,6 +96,15 @@ class GenerativeModel:
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="cancel-watch", daemon=True)
         self._watcher.start()
+
+    def checkpoint_dir(self, args: dict[str, Any]) -> Path:
+        """Where the weights are: the version directory (a backend may read it elsewhere)."""
+        return Path(args["model_repository"]) / str(args["model_version"])
+
+    def engine_settings(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The engine's settings: config.pbtxt's parameters here; the tiny_llm backend
+        (examples/backends) reads its model's model.json instead, as vLLM's backend does."""
+        return engine_settings(config)
 
     def execute(self, requests: list[Any]) -> None:
         for request in requests:

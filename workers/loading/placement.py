@@ -24,11 +24,18 @@ from shared.model_config import InstanceGroup, ModelConfig
 from shared.model_config.rate_limiter import rate_limiter
 from shared.runtime import gpu
 from shared.wire.errors import ConchError, ErrorCode, invalid
+from workers.backend_table import BACKENDS
 from workers.ratelimit.resources import EXECUTION_COUNT, Available, check_needs, parse_available
 from workers.settings import WorkerSettings
 
 # Backends whose models place themselves (Triton's KIND_MODEL).
 PLACES_ITSELF = frozenset({"python"})
+
+
+def places_itself(config: ModelConfig) -> bool:
+    """The python backend's models, and those of the Python-based backends it serves (a
+    backend that is not built in: vLLM's configurations ask for KIND_MODEL)."""
+    return config.backend in PLACES_ITSELF or config.backend not in BACKENDS
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,7 @@ def _placements(config: ModelConfig, devices: Devices, visible: int) -> list[Pla
         kind = group.kind
         if kind == "KIND_AUTO":
             kind = "KIND_GPU" if visible > 0 else "KIND_CPU"
-        if kind == "KIND_MODEL" and config.backend not in PLACES_ITSELF:
+        if kind == "KIND_MODEL" and not places_itself(config):
             raise invalid(
                 f"model '{config.name}': field 'instance_group.kind' of group '{group.name}' is "
                 f"KIND_MODEL, which the {config.backend or config.platform} backend cannot "

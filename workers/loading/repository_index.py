@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 
 from shared.fleet import control, expected_models
 from shared.fleet.control import IndexEntry
+from shared.model_config import python_based
 from shared.model_config.ensemble_graph import ENSEMBLE_PLATFORM
 from shared.storage.repositories import Repositories
 from shared.storage.repository import RepositoryModel, ScanResult
@@ -27,8 +28,11 @@ log = logging.getLogger(__name__)
 
 
 def entry_for(model: RepositoryModel) -> IndexEntry:
+    """Any backend that is not built in is a Python-based backend's: the python worker loads
+    the model, or records Triton's load error naming where it looked for the backend."""
     backend = model.config.backend
-    if backend not in BACKENDS and backend != ENSEMBLE_PLATFORM:  # ensembles: the schedulers
+    served = backend in BACKENDS or python_based.is_candidate(model.config, BACKENDS)
+    if not served and backend != ENSEMBLE_PLATFORM:  # ensembles: the schedulers
         return IndexEntry(
             versions=model.available_versions,
             error=f"no Conch worker serves backend '{backend or model.config.platform}' "

@@ -33,6 +33,7 @@ from workers.backend import (
     ModelResult,
 )
 from workers.python import custom_metrics, execution_env, ipc, stub
+from workers.python.based_backends import BackendDirectories
 from workers.python.model_process import CONTEXT, ModelProcess, ModelProcessDied, exit_text
 
 log = logging.getLogger(__name__)
@@ -48,12 +49,20 @@ class PythonBackend(Backend):
     name = "python"
     streams = True
 
-    def __init__(self) -> None:
+    def __init__(self, backend_directory: str | None = None) -> None:
         custom_metrics.register(lambda: [i.custom_metrics for i in list(INSTANCES)])
+        # Where Python-based backends are (None: the worker's setting, from the environment).
+        self.directories = BackendDirectories(backend_directory)
+
+    def accepts(self, config: ModelConfig) -> bool:
+        return self.directories.accepts(config)
 
     def auto_complete(self, config: ModelConfig, model_file: Path) -> dict[str, Any] | None:
         """The model's own ``auto_complete_config``, run in a short-lived model process (its
-        imports and state die with it, as in Triton); None when the model defines none."""
+        imports and state die with it, as in Triton); None when the model defines none. A
+        Python-based backend's model.py is its backend directory's, its data the version's."""
+        version_dir = model_file.parent if config.model_filename else model_file
+        model_file = self.directories.model_file(config, version_dir)
         try:
             source = model_file.read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -67,7 +76,8 @@ class PythonBackend(Backend):
                 child_conn,
                 str(model_file),
                 config.to_json(),
-                execution_env.site_packages(config, model_file.parent.parent),
+                execution_env.site_packages(config, version_dir.parent),
+                str(version_dir),
             ),
             name=f"pb-autocomplete-{config.name}",
             daemon=True,
@@ -104,13 +114,14 @@ class PythonBackend(Backend):
         return completed
 
     def load(self, spec: LoadSpec) -> ModelInstance:
-        if not spec.model_file.is_file():
+        model_file = self.directories.model_file(spec.config, spec.version_path)
+        if not model_file.is_file():
             raise ConchError(
                 ErrorCode.NOT_FOUND,
-                f"model '{spec.config.name}' version {spec.version}: no file '{spec.model_file}' "
+                f"model '{spec.config.name}' version {spec.version}: no file '{model_file}' "
                 "(expected a model.py defining TritonPythonModel)",
             )
-        return PythonModelInstance(spec)
+        return PythonModelInstance(spec, model_file)
 
 
 def initialize_args(spec: LoadSpec) -> dict[str, str]:
@@ -132,14 +143,15 @@ class PythonModelInstance(ModelInstance):
     start_timeout_s = 300.0  # initialize may load large weights
     finalize_timeout_s = 30.0
 
-    def __init__(self, spec: LoadSpec):
+    def __init__(self, spec: LoadSpec, model_file: Path | None = None):
         self.spec = spec
         self.config: ModelConfig = spec.config
         self.restarts = 0
         self._closed = False
         self._lock = threading.Lock()
         self._init: dict[str, Any] = {
-            "model_file": str(spec.model_file),
+            "model_file": str(model_file or spec.model_file),
+            "model_dir": str(spec.version_path),  # pb_utils.get_model_dir()
             # EXECUTION_ENV_PATH: the packed environment's packages, first on the import path.
             "env_site": execution_env.site_packages(spec.config, spec.model_path),
             "args": initialize_args(spec),

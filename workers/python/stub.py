@@ -112,14 +112,14 @@ def _setup_logging(init: dict[str, Any]) -> None:
 
 
 def auto_complete(
-    conn: Connection, model_file: str, config: dict[str, Any], env_site: str = ""
+    conn: Connection, model_file: str, config: dict[str, Any], env_site: str = "", version: str = ""
 ) -> None:
     """Entry point of a short-lived process: the model class's ``auto_complete_config`` on the
     configuration; answers ("ok", completed JSON) or ("error", message)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_with_parent()
     try:
-        pb_utils, module = _import_model(model_file, env_site)
+        pb_utils, module = _import_model(model_file, env_site, version)
         method = getattr(module.TritonPythonModel, "auto_complete_config", None)
         completed = pb_utils.ModelConfig(config)
         if method is not None:
@@ -146,8 +146,12 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _import_model(model_file: str, env_site: str = "") -> tuple[ModuleType, ModuleType]:
-    """pb_utils and the model's module; ``env_site``: its EXECUTION_ENV_PATH, imported first."""
+def _import_model(
+    model_file: str, env_site: str = "", model_dir: str = ""
+) -> tuple[ModuleType, ModuleType]:
+    """pb_utils and the model's module; ``env_site``: its EXECUTION_ENV_PATH, imported first;
+    ``model_dir``: the version directory (``get_model_dir()``; a Python-based backend's model.py
+    lives elsewhere)."""
     if env_site and env_site not in sys.path:
         before = list(sys.path)
         site.addsitedir(env_site)  # its .pth files too, as the environment's interpreter would
@@ -159,6 +163,7 @@ def _import_model(model_file: str, env_site: str = "") -> tuple[ModuleType, Modu
         sys.path.insert(1, version_dir)
     import triton_python_backend_utils as pb_utils
 
+    pb_utils._model_dir = model_dir or version_dir
     spec = importlib.util.spec_from_file_location("model", model_file)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {model_file}")
@@ -171,7 +176,9 @@ def _import_model(model_file: str, env_site: str = "") -> tuple[ModuleType, Modu
 
 
 def _load(init: dict[str, Any]) -> tuple[ModuleType, Any]:
-    pb_utils, module = _import_model(init["model_file"], init.get("env_site", ""))
+    pb_utils, module = _import_model(
+        init["model_file"], init.get("env_site", ""), init.get("model_dir", "")
+    )
     model = module.TritonPythonModel()
     if hasattr(model, "initialize"):
         _await(model.initialize(dict(init["args"])))

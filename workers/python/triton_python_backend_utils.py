@@ -556,6 +556,16 @@ def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[s
     return next((c for c in model_config.get("output", []) if c["name"] == name), None)
 
 
+# The model's version directory, set by the model process (``stub``) before the model loads.
+_model_dir = ""
+
+
+def get_model_dir() -> str:
+    """The directory of the model's version (``<repository>/<model>/<version>``), as Triton's
+    stub answers it: where a Python-based backend's model finds its data (vLLM's model.json)."""
+    return _model_dir
+
+
 def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
     return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
 
