@@ -31,6 +31,7 @@ models: install
 	$(PY) examples/make_openvino_models.py $(REPO)
 	$(PY) examples/make_fil_models.py $(REPO)
 	$(PY) examples/make_tensorflow_models.py $(REPO)
+	$(PY) examples/make_python_backend_models.py $(REPO)
 
 # One command: install, generate the example repository, start the whole mesh.
 up: models
