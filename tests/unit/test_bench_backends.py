@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.backends import _batch_formed, _inputs
+from bench.backends import BytesInput, _batch_formed, _inputs
 from shared.model_config import ModelConfig, from_json
 
 
@@ -28,7 +28,7 @@ def test_inputs_take_the_batch_only_when_the_model_batches() -> None:
 
 
 def test_bytes_inputs_are_left_to_the_mesh() -> None:
-    with pytest.raises(SystemExit, match="BYTES"):
+    with pytest.raises(BytesInput, match="BYTES"):
         _inputs(_config(8, "TYPE_STRING"), 1)
 
 
