@@ -3,11 +3,12 @@
     python -m bench.backends --url localhost:8000 --repository examples/model_repository \\
         --models simple,torchscript_mlp,openvino_mlp,fil_xgboost,tf_mlp
 
-For each model: ``perf_analyzer`` (gRPC) at concurrency 1 and 64 gives the client's throughput
-and p50/p99, and the statistics extension read around the c=64 run gives the batch size the
-dynamic batcher formed. Then the model is loaded in this process by its own backend class
-(the same code a worker runs, without the mesh) and called back to back for ``--seconds``: at
-batch 1, and at the batch size the mesh formed. The in-process rows are the limit the mesh
+For each model: ``perf_analyzer`` (``--protocol``, HTTP by default) at concurrency 1 and 64
+gives the client's throughput and p50/p99, and the statistics extension read around the c=64
+run gives the batch size the dynamic batcher formed. Then the model is loaded in this process
+by its own backend class (the same code a worker runs, without the mesh; a Python-based
+backend's by the python backend) and called back to back for ``--seconds``: at batch 1, and at
+the batch size the mesh formed. The in-process rows are the limit the mesh
 approaches: the framework's own speed on this machine, one instance, one thread.
 
 The model must see no other traffic during its runs. Inputs are random, of each input's
@@ -33,7 +34,7 @@ from shared.model_config import ModelConfig
 from shared.storage.repositories import Repositories
 from shared.wire import datatypes
 from workers.backend import ModelInstance, ModelRequest
-from workers.backend_table import load_backend
+from workers.backend_table import BACKENDS, load_backend
 from workers.loading import auto_complete
 from workers.loading.loader import load_version, unload_instances
 
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.backends", description=__doc__)
     parser.add_argument("--url", default="localhost:8000", help="HOST:PORT of the HTTP endpoint")
     parser.add_argument("--grpc-url", default="localhost:8001", help="HOST:PORT of gRPC")
+    parser.add_argument(
+        "--protocol", choices=("http", "grpc"), default="http", help="perf_analyzer's (-i)"
+    )
     parser.add_argument("--repository", type=Path, required=True)
     parser.add_argument("--models", required=True, help="comma-separated model names")
     parser.add_argument("--concurrency", default="1,64")
@@ -59,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         batch = 1.0
         for concurrency in levels:
             before = _stats(args.url, model)
-            figures = perf_analyzer.run(args.grpc_url, model, concurrency, args.interval_ms, "grpc")
+            url = args.url if args.protocol == "http" else args.grpc_url
+            figures = perf_analyzer.run(url, model, concurrency, args.interval_ms, args.protocol)
             batch = _batch_formed(before, _stats(args.url, model))
             print(
                 f"| `{model}` | {config.get('backend', '')} | mesh | c={concurrency} | "
@@ -90,7 +95,8 @@ def in_process(
     if model not in scan.models:
         raise SystemExit(f"no model '{model}' in {repository}: {scan.errors.get(model, '')}")
     found = scan.models[model]
-    backend = load_backend(found.config.backend)
+    name = found.config.backend
+    backend = load_backend(name if name in BACKENDS else "python")  # else: Python-based
     found = auto_complete.complete(backend, found, strict=False)
     loaded = load_version(backend, found, max(found.versions))
     try:
