@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 import tritonclient.http as httpclient
 
@@ -47,7 +48,7 @@ MODELS: dict[str, tuple[str, str, str, np.ndarray]] = {
 
 
 @pytest.fixture(scope="module")
-def mesh_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def mesh_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, int]]:
     repo = tmp_path_factory.mktemp("every_framework")
     for script, *args in SCRIPTS:
         subprocess.run(
@@ -60,15 +61,15 @@ def mesh_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, st
     output = ConchUpOutput(process)
     try:
         output.wait_for(rf"Conch is ready at http://localhost:{port}", 240)
-        yield f"localhost:{port}", "".join(output.seen)
+        yield f"localhost:{port}", "".join(output.seen), process.pid
     finally:
         stop_conch_up(process)
 
 
 def test_one_conch_up_serves_every_framework_under_strict_readiness(
-    mesh_url: tuple[str, str],
+    mesh_url: tuple[str, str, int],
 ) -> None:
-    url, said = mesh_url
+    url, said, _ = mesh_url
     assert httpx.get(f"http://{url}/v2/health/ready").status_code == 200
     for service in {worker for worker, *_ in MODELS.values()}:
         assert f'"target":"worker-{service}-0"' in said, service
@@ -78,16 +79,10 @@ def test_one_conch_up_serves_every_framework_under_strict_readiness(
 
 
 @pytest.mark.parametrize("model", list(MODELS))
-def test_each_framework_answers(mesh_url: tuple[str, str], model: str) -> None:
-    _, name, datatype, value = MODELS[model]
+def test_each_framework_answers(mesh_url: tuple[str, str, int], model: str) -> None:
     client = httpclient.InferenceServerClient(mesh_url[0])
-    tensor = httpclient.InferInput(name, list(value.shape), datatype)
-    tensor.set_data_from_numpy(value)
-    inputs = [tensor]
-    if model == "simple":  # two inputs
-        other = httpclient.InferInput("INPUT1", [1, 16], "INT32")
-        other.set_data_from_numpy(np.ones((1, 16), np.int32))
-        inputs.append(other)
+    inputs = _inputs(model)
+    value = MODELS[model][3]
     response = client.infer(model, inputs).get_response()
     outputs = {o["name"]: o for o in response["outputs"]}
     assert outputs, model
@@ -97,3 +92,44 @@ def test_each_framework_answers(mesh_url: tuple[str, str], model: str) -> None:
         assert client.infer(model, inputs).as_numpy("OUTPUT0").tolist() == [[2] * 16]
     if model == "wordcount":
         assert client.infer(model, inputs).as_numpy("COUNT").tolist() == [[3]]
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_each_workers_metrics_count_its_models_inferences(
+    mesh_url: tuple[str, str, int], model: str
+) -> None:
+    """Triton's ``nv_*`` families on the worker service of each framework."""
+    service, _, _, value = MODELS[model]
+    metrics_url = f"http://127.0.0.1:{_health_port(mesh_url[2], service)}/metrics"
+    counted = f'nv_inference_count{{model="{model}",version="1"}}'
+
+    def count() -> float:
+        for line in httpx.get(metrics_url, timeout=5).text.splitlines():
+            if line.startswith(counted):
+                return float(line.split()[-1])
+        return 0.0
+
+    before = count()
+    httpclient.InferenceServerClient(mesh_url[0]).infer(model, _inputs(model))
+    assert count() == before + value.shape[0]
+
+
+def _inputs(model: str) -> list[httpclient.InferInput]:
+    _, name, datatype, value = MODELS[model]
+    tensor = httpclient.InferInput(name, list(value.shape), datatype)
+    tensor.set_data_from_numpy(value)
+    inputs = [tensor]
+    if model == "simple":  # two inputs
+        other = httpclient.InferInput("INPUT1", [1, 16], "INT32")
+        other.set_data_from_numpy(np.ones((1, 16), np.int32))
+        inputs.append(other)
+    return inputs
+
+
+def _health_port(conch_up: int, backend: str) -> int:
+    """The health (and metrics) port `conch up` gave its worker of ``backend``."""
+    for child in psutil.Process(conch_up).children(recursive=True):
+        if child.cmdline()[-2:] == ["--backend", backend]:
+            listening = [c for c in child.net_connections() if c.status == psutil.CONN_LISTEN]
+            return int(min(c.laddr.port for c in listening))
+    raise AssertionError(f"no worker of backend '{backend}' under conch up")
