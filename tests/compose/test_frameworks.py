@@ -3,12 +3,14 @@ through Envoy what its framework says, computed here from the same files."""
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.compose.conftest import GRPC, HTTP, ROOT
+from tests.compose.conftest import GRPC, HTTP, ROOT, containers
 
 REPOSITORY = ROOT / "examples" / "model_repository"
 
@@ -57,3 +59,31 @@ def test_tensorflow_answers_what_the_saved_model_computes(protocol: str) -> None
     expected = saved.signatures["serving_default"](features=tf.constant(x))
     got = _ask(protocol, "tf_mlp", "features", x, "probabilities")
     np.testing.assert_allclose(got, expected["probabilities"].numpy(), rtol=1e-5, atol=1e-6)
+
+
+# Each worker image carries only its own framework (docker/worker-<backend>.Dockerfile).
+FRAMEWORKS = ("onnxruntime", "torch", "openvino", "xgboost", "lightgbm", "treelite", "tensorflow")
+OWN = {
+    "worker-onnxruntime": ["onnxruntime"],
+    "worker-pytorch": ["torch"],
+    "worker-python": ["torch"],  # the generative Python models import it
+    "worker-openvino": ["openvino"],
+    "worker-fil": ["xgboost", "lightgbm", "treelite"],
+    "worker-tensorflow": ["tensorflow"],
+}
+
+
+@pytest.mark.parametrize("service", list(OWN))
+def test_each_worker_image_carries_only_its_own_framework(service: str) -> None:
+    (container, *_) = containers(service)
+    probe = (
+        f"import importlib.util as u; print(','.join(m for m in {FRAMEWORKS!r} if u.find_spec(m)))"
+    )
+    found = subprocess.run(
+        ["docker", "exec", container, "python", "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
+    assert found.split(",") == OWN[service]
