@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script's sibling, not a package
 import make_models
+from framework_models import write_if_installed
 
 DEFAULT_REPOSITORY = make_models.DEFAULT_REPOSITORY
 
@@ -80,17 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"where to write the repository (default: {DEFAULT_REPOSITORY})",
     )
     args = parser.parse_args(argv)
-    try:
-        import openvino  # noqa: F401
-    except ImportError:
-        print(
-            "skipped openvino_mlp, openvino_onnx: openvino is not installed "
-            "(pip install 'conch[openvino]')"
-        )
-        return 0
-    for model_dir in write_repository(args.repository):
-        print(f"wrote {model_dir}")
-    return 0
+    return write_if_installed(
+        args.repository, "openvino", "openvino", ["openvino_mlp", "openvino_onnx"], write_repository
+    )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script's sibling, not a package
+from framework_models import write_if_installed
+
 HERE = Path(__file__).resolve().parent
 DEFAULT_REPOSITORY = HERE / "model_repository"
 SEED = 20261128
@@ -118,17 +121,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("repository", nargs="?", type=Path, default=DEFAULT_REPOSITORY)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # no C++ INFO banners
-    try:
-        import tensorflow  # noqa: F401
-    except ImportError:
-        print(
-            "skipped the TensorFlow models (tf_mlp, tf_text, tf_auto): tensorflow is not "
-            "installed (pip install 'conch[tensorflow]')"
-        )
-        return 0
-    for model_dir in write_repository(args.repository):
-        print(f"wrote {model_dir}")
-    return 0
+    return write_if_installed(
+        args.repository,
+        "tensorflow",
+        "tensorflow",
+        ["tf_mlp", "tf_text", "tf_auto"],
+        write_repository,
+    )
 
 
 if __name__ == "__main__":
