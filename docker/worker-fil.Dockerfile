@@ -22,6 +22,11 @@ FROM ${BASE_IMAGE} AS runtime
 # Root to install, then the conch user again (below).
 USER 0
 COPY docker/constraints.txt /tmp/constraints.txt
+# LightGBM's wheel links the GNU OpenMP runtime, which the slim Python image lacks.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libgomp1 \
+ && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=secret,id=ca \
     conch-pip install --constraint /tmp/constraints.txt -r /opt/conch/requirements/fil.txt
 # The source last: a code change rebuilds only this small layer.

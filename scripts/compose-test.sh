@@ -60,7 +60,7 @@ t_up=$(stamp)
 
 CONCH_COMPOSE_STACK=1 "$PY" -m pytest \
     tests/compose/test_stack.py tests/compose/test_inference.py tests/compose/test_grpc.py \
-    tests/compose/test_ab_weights.py tests/compose/test_faults.py
+    tests/compose/test_frameworks.py tests/compose/test_ab_weights.py tests/compose/test_faults.py
 t_tests=$(stamp)
 echo "compose-test: engine+bases $((t_bases - t0)) s, build $((t_built - t_bases)) s," \
     "up --wait $((t_up - t_built)) s, tests $((t_tests - t_up)) s" >&2

@@ -10,7 +10,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.compose.conftest import GRPC, HTTP, ROOT, containers
+from tests.compose.conftest import ADMIN_TOKEN, GRPC, HTTP, ROOT, containers
 
 REPOSITORY = ROOT / "examples" / "model_repository"
 
@@ -87,3 +87,15 @@ def test_each_worker_image_carries_only_its_own_framework(service: str) -> None:
         check=True,
     ).stdout.strip()
     assert found.split(",") == OWN[service]
+
+
+def test_every_example_model_of_the_frameworks_is_ready() -> None:
+    """A framework's image missing a system library shows here (LightGBM needs libgomp)."""
+    client = httpclient.InferenceServerClient(HTTP)
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    index = {m["name"]: m for m in client.get_model_repository_index(headers=headers)}
+    prefixes = ("openvino_", "fil_", "tf_")
+    framework_models = {n: m for n, m in index.items() if n.startswith(prefixes)}
+    assert {"openvino_mlp", "fil_lightgbm", "fil_xgboost", "tf_mlp"} <= set(framework_models)
+    not_ready = {n: m for n, m in framework_models.items() if m.get("state") != "READY"}
+    assert not_ready == {}
