@@ -6,11 +6,15 @@ import argparse
 import asyncio
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from shared.runtime import logs, tracing
 from shared.runtime.runner import run_service
 from shared.wire.errors import ConchError
 from workers.settings import WorkerSettings
+
+if TYPE_CHECKING:
+    from shared.model_config import ModelConfig
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,8 +56,10 @@ async def report_backend_failure(settings: WorkerSettings, message: str) -> None
     """The backend cannot run here: record it as the load error of each model it would serve,
     so the mesh does not wait for them (``shared.fleet.expected_models``); best effort."""
     from shared.fleet import expected_models
+    from shared.model_config import python_based
     from shared.runtime import redis_conn
     from shared.storage.repositories import Repositories
+    from workers.backend_table import BACKENDS
 
     try:
         repositories = Repositories.from_setting(
@@ -66,10 +72,16 @@ async def report_backend_failure(settings: WorkerSettings, message: str) -> None
     except ConchError:
         return
     wanted = set(settings.models)
+
+    def served(config: ModelConfig) -> bool:  # the python worker serves Python-based backends
+        if config.backend == settings.backend:
+            return True
+        return settings.backend == "python" and python_based.is_candidate(config, BACKENDS)
+
     models = [
         name
         for name, model in scan.models.items()
-        if model.config.backend == settings.backend and (not wanted or name in wanted)
+        if served(model.config) and (not wanted or name in wanted)
     ]
     redis = redis_conn.dedicated(settings.redis_url, name="conch-worker-failed")
     worker = f"worker-{settings.backend} (pid {os.getpid()})"
