@@ -20,13 +20,11 @@ from pathlib import Path
 
 from conch.up_args import UsageError
 from shared.model_config import ModelConfig, python_based
+from shared.model_config.defaults import WORKER_BACKENDS
 from shared.storage.repositories import Repositories
 from shared.wire.errors import ConchError
 
 log = logging.getLogger("conch.up")
-
-# Backends served by a worker service of their own; any other is a Python-based backend.
-WORKER_BACKENDS = ("onnxruntime", "pytorch", "python", "tensorrt", "openvino", "fil", "tensorflow")
 
 
 @dataclass(frozen=True)

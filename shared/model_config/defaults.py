@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from tritonclient.grpc import model_config_pb2 as pb
 
+# The backends with a worker service of their own (``workers/backend_table.py`` maps each to its
+# class); any other backend a configuration names is a Python-based backend's.
+WORKER_BACKENDS = ("onnxruntime", "pytorch", "python", "tensorrt", "openvino", "fil", "tensorflow")
 # Triton's platform strings and the backend that serves each.
 PLATFORM_BACKENDS = {
     "onnxruntime_onnx": "onnxruntime",
