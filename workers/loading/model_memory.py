@@ -16,9 +16,14 @@ and after load + warm-up, and charges the difference to the model:
   PyTorch is never imported here: importing it would itself move the host reading by hundreds
   of megabytes.
 
-The delta is floored at the model files' size on disk: allocators keep memory they freed
-(an unloaded model's pages, a warm-up's buffers) and hand it to the next load, so a delta can
-read near zero for a model that certainly holds its weights. The floor keeps the budget honest.
+Allocators keep memory they freed (an unloaded model's pages, a warm-up's buffers) and hand it
+to the next load, so a delta can read near zero for a model that certainly holds its weights.
+Two defences: before each reading, glibc's ``malloc_trim`` returns what this process's
+allocator holds free to the system (where glibc is the allocator; milliseconds, twice per
+load), so the load's pages count as new and what the load freed again (a parsed file, a
+warm-up's scratch) does not count as the model's; and the delta is floored at the model
+files' size on disk, for what trimming cannot return (fragments inside the heap, other
+allocators' pools).
 
 A delta is only the model's if nothing else allocated meanwhile: the worker measures one load
 at a time. For a model that lives in another process (the python backend's stub), the caller
@@ -27,6 +32,9 @@ reads that process (``pid``).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import os
 import sys
 from collections.abc import Iterable
@@ -66,6 +74,27 @@ class ModelMemory:
     def bytes(self) -> int:
         measured = self.gpu_bytes if self.gpu_bytes is not None else self.host_bytes
         return max(measured, self.files_bytes)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None where the C library is not glibc (musl, macOS)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        return ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def trim_allocator() -> bool:
+    """Return this process's free heap memory to the system; False where it cannot."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
 
 
 def host_bytes(pid: int | None = None) -> int:
@@ -197,7 +226,12 @@ class MemoryMeter:
         self._before: MemoryReading | None = None
         self.result: ModelMemory | None = None
 
+    def _trim(self) -> None:
+        if self._pid is None or self._pid == os.getpid():
+            trim_allocator()
+
     def __enter__(self) -> MemoryMeter:
+        self._trim()
         self._before = read(self._pid, self._gpu_device)
         return self
 
@@ -209,5 +243,6 @@ class MemoryMeter:
     ) -> None:
         if kind is not None or self._before is None:
             return
+        self._trim()
         after = read(self._pid, self._gpu_device)
         self.result = model_memory(self._before, after, files_bytes(self._files))
