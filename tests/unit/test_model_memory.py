@@ -225,7 +225,7 @@ class FakeNvml:
         return self.uuids[uuid]
 
     def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
-        return types.SimpleNamespace(used=self.used[handle], total=80_000_000_000)
+        return types.SimpleNamespace(used=self.used[handle], total=80 * 10**9)
 
 
 @pytest.mark.parametrize(
@@ -248,12 +248,14 @@ def test_nvml_reads_the_device_cuda_numbers_here(
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert model_memory.nvml_device_bytes(device) == expected
+    assert model_memory.gpu_total_bytes(device) == (None if expected is None else 80 * 10**9)
     assert fake.open == 0  # shut down again, whatever happened
 
 
 def test_without_nvml_the_gpu_cannot_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     assert model_memory.nvml_device_bytes(0) is None
+    assert model_memory.gpu_total_bytes(0) is None
 
 
 def _cuda() -> bool:

@@ -12,9 +12,9 @@ and after load + warm-up, and charges the difference to the model:
   allocator: ONNX Runtime's, TensorRT's, PyTorch's), and PyTorch's own count where PyTorch is
   already imported; the larger of the two deltas, each seeing memory the other may not (NVML
   sees what PyTorch's caching allocator reserved before, not what a new model's tensors take
-  of it).
-  PyTorch is never imported here: importing it would itself move the host reading by hundreds
-  of megabytes.
+  of it). PyTorch is never imported here: importing it would itself move the host reading by
+  hundreds of megabytes. Where neither can be read, the host's delta stands in (floored at
+  the files, which a GPU model's weights roughly are).
 
 Allocators keep memory they freed (an unloaded model's pages, a warm-up's buffers) and hand it
 to the next load, so a delta can read near zero for a model that certainly holds its weights.
@@ -106,15 +106,9 @@ def host_bytes(pid: int | None = None) -> int:
         return int(process.memory_info().rss)
 
 
-def nvml_device_bytes(device: int) -> int | None:
-    """The memory in use on GPU ``device`` (its index as CUDA numbers it here, mapped through
-    ``CUDA_VISIBLE_DEVICES``) as NVML sees it; None where NVML cannot say (no nvidia-ml-py, no
-    driver).
-
-    The device's figure, not the process's: NVML's per-process list names host pids, which a
-    container's pid namespace hides, and a fleet runs in containers. A worker drives its GPU
-    alone (``conch up`` starts one per GPU), so the device's delta is the worker's.
-    """
+def _nvml_memory(device: int) -> Any:
+    """NVML's memory info (``total``, ``used``) of GPU ``device``; None where NVML cannot say
+    (no nvidia-ml-py, no driver, no such device)."""
     try:
         import pynvml
     except ImportError:
@@ -125,12 +119,30 @@ def nvml_device_bytes(device: int) -> int | None:
     except Exception:
         return None
     try:
-        handle = _handle(nvml, device)
-        return int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
+        return nvml.nvmlDeviceGetMemoryInfo(_handle(nvml, device))
     except Exception:
         return None
     finally:
         nvml.nvmlShutdown()
+
+
+def nvml_device_bytes(device: int) -> int | None:
+    """The memory in use on GPU ``device`` (its index as CUDA numbers it here, mapped through
+    ``CUDA_VISIBLE_DEVICES``) as NVML sees it; None where NVML cannot say.
+
+    The device's figure, not the process's: NVML's per-process list names host pids, which a
+    container's pid namespace hides, and a fleet runs in containers. A worker drives its GPU
+    alone (``conch up`` starts one per GPU), so the device's delta is the worker's.
+    """
+    memory = _nvml_memory(device)
+    return None if memory is None else int(memory.used)
+
+
+def gpu_total_bytes(device: int) -> int | None:
+    """GPU ``device``'s total memory, which a fractional ``--model-memory-budget`` of a GPU
+    worker is of (``shared.placement.budget.resolve_budget``); None where NVML cannot say."""
+    memory = _nvml_memory(device)
+    return None if memory is None else int(memory.total)
 
 
 def _handle(nvml: Any, device: int) -> Any:
