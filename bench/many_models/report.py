@@ -77,6 +77,10 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
 
 
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
 # (label, how one run's summary shows it)
 _ROWS: list[tuple[str, Any]] = [
     ("throughput (req/s)", lambda s: f"{s['throughput_rps']:,.1f}"),
@@ -89,6 +93,11 @@ _ROWS: list[tuple[str, Any]] = [
     ("loads per minute", lambda s: f"{s['loads_per_min']:,.1f} ({s['loads']} loads)"),
     ("evictions seen in the index", lambda s: str(s["evictions"])),
     ("peak resident memory, workers (MiB)", lambda s: f"{s['peak_worker_rss_mib']:,.1f}"),
+    (
+        "workers' resident memory before the run (MiB)",
+        lambda s: _num(s.get("idle_worker_rss_mib")),
+    ),
+    ("loads the workers counted (conch_model_loads_total)", lambda s: _num(s.get("server_loads"))),
     (
         "requests (errors) / models requested",
         lambda s: f"{s['requests']:,} ({s['errors']}) / {s['models_requested']}",

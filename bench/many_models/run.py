@@ -68,7 +68,11 @@ def run_mode(settings: RunSettings) -> dict[str, Any]:
     started = time.monotonic()
     process = mesh.start(plan, log)
     try:
-        mesh.wait_ready(process, url, plan, settings.models, timeout_s=900)
+        try:
+            mesh.wait_ready(process, url, plan, settings.models, timeout_s=900)
+        except SystemExit as failed:
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+            raise SystemExit(f"{failed} (log {log}: {' | '.join(tail)})") from None
         ready_s = time.monotonic() - started
         print(f"{settings.mode}: ready in {ready_s:.1f} s; load for {settings.duration_s:.0f} s")
         time.sleep(2.0)  # start-up's last writes settle before the idle memory is read
