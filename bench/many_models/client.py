@@ -81,7 +81,10 @@ def request_parts(host: str, port: int, models: int) -> tuple[list[bytes], bytes
     return heads, body
 
 
-async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes) -> int:
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes
+) -> tuple[int, bool]:
+    """One request and its answer: the status, and whether the server keeps the connection."""
     writer.write(data)
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head[9:12])
@@ -90,7 +93,7 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
     length = int(lower[at + 15 : lower.find(b"\r\n", at)]) if at >= 0 else 0
     if length:
         await reader.readexactly(length)
-    return status
+    return status, b"connection: close" not in lower
 
 
 async def _connection(plan: LoadPlan, parts: tuple[list[bytes], bytes], sampler: ZipfSampler,
@@ -110,9 +113,10 @@ async def _connection(plan: LoadPlan, parts: tuple[list[bytes], bytes], sampler:
                 continue
         model = sampler.next()
         started = time.monotonic()
+        keep = False
         try:
             async with asyncio.timeout(plan.request_timeout_s):
-                outcome = await _exchange(reader, writer, heads[model] + body)
+                outcome, keep = await _exchange(reader, writer, heads[model] + body)
         except TimeoutError:
             outcome = TIMEOUT
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
@@ -121,7 +125,7 @@ async def _connection(plan: LoadPlan, parts: tuple[list[bytes], bytes], sampler:
         sent.append(started)
         latency.append(time.monotonic() - started)
         status.append(outcome)
-        if outcome in (TIMEOUT, SOCKET_ERROR):
+        if not keep:  # lost, broken, or closed by the server: a new connection for the next
             writer.close()
             writer = None
     if writer is not None:

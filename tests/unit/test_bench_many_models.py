@@ -236,6 +236,8 @@ class _Stub(BaseHTTPRequestHandler):
         status = 503 if model == "m0002" else 200
         body = b'{"outputs":[]}'
         self.send_response(status)
+        if model == "m0003":  # the server closes: the client reconnects, no socket error
+            self.send_header("Connection", "close")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -273,6 +275,7 @@ def test_the_client_records_every_request(stub_url: str) -> None:
     assert records.models.min() >= 0 and records.models.max() < 10
     assert set(records.status.tolist()) <= {200, 503}
     assert np.all(records.status[records.models == 2] == 503)
+    assert np.all(records.status[records.models == 3] == 200) and np.any(records.models == 3)
     assert np.all(records.latency > 0)
     assert records.sent.max() < run.begin + plan.duration_s
     assert np.bincount(records.models, minlength=10)[0] > np.bincount(records.models)[9]
