@@ -2,7 +2,7 @@
 many small ONNX models, loaded on demand, against the hottest ones all pre-loaded.
 
     python -m bench.many_models [--mode on_demand|warm|both] [--models 1000] [--hot 50]
-        [--workers 2] [--model-memory-budget 256MiB] [--concurrency 32] [--duration 60]
+        [--workers 2] [--model-memory-budget 40MiB] [--concurrency 32] [--duration 60]
 
 The repository (``repository.py``): ``m0000``..``m0999``, the same small MLP with its own
 weights each, written once under /tmp/conch-bench/many-models-N. Each mode starts its own
