@@ -49,6 +49,7 @@ class Records:
     sent: npt.NDArray[np.float64]  # time.monotonic() at send
     latency: npt.NDArray[np.float64]  # seconds
     status: npt.NDArray[np.int64]  # HTTP status, or TIMEOUT / SOCKET_ERROR
+    cpu_s: float = 0.0  # the client processes' CPU time: was the client the bottleneck?
 
 
 def request_parts(host: str, port: int, models: int) -> tuple[list[bytes], bytes]:
@@ -151,8 +152,10 @@ def _client(plan: LoadPlan, index: int, connections: int, begin: float, pipe: Co
         ]
         await asyncio.gather(*(_connection(plan, parts, s, stop_at, out) for s in samplers))
 
+    cpu_before = time.process_time()
     asyncio.run(run())
-    pipe.send_bytes(json.dumps([len(out[0])]).encode())
+    cpu_s = time.process_time() - cpu_before
+    pipe.send_bytes(json.dumps({"requests": len(out[0]), "cpu_s": cpu_s}).encode())
     for column in out:
         pipe.send_bytes(column.tobytes())
     pipe.close()
@@ -183,8 +186,9 @@ class LoadRun:
 
     def join(self) -> Records:
         columns: list[list[bytes]] = [[], [], [], []]
+        cpu_s = 0.0
         for pipe in self._pipes:
-            pipe.recv_bytes()  # the count, for a reader that wants to check it
+            cpu_s += float(json.loads(pipe.recv_bytes())["cpu_s"])
             for column in columns:
                 column.append(pipe.recv_bytes())
         for child in self._children:
@@ -195,5 +199,5 @@ class LoadRun:
         )
         return Records(
             models.astype(np.int64), sent.astype(np.float64), latency.astype(np.float64),
-            status.astype(np.int64),
+            status.astype(np.int64), cpu_s,
         )  # fmt: skip

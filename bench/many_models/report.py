@@ -98,6 +98,7 @@ _ROWS: list[tuple[str, Any]] = [
         lambda s: _num(s.get("idle_worker_rss_mib")),
     ),
     ("loads the workers counted (conch_model_loads_total)", lambda s: _num(s.get("server_loads"))),
+    ("load generator's CPU (cores)", lambda s: _num(s.get("client_cpu_cores"))),
     (
         "requests (errors) / models requested",
         lambda s: f"{s['requests']:,} ({s['errors']}) / {s['models_requested']}",

@@ -114,6 +114,7 @@ def run_mode(settings: RunSettings) -> dict[str, Any]:
         loads_after - loads_before if loads_after is not None and loads_before is not None else None
     )
     summary["idle_worker_rss_mib"] = round(idle_rss / 2**20, 1)
+    summary["client_cpu_cores"] = round(records.cpu_s / elapsed, 2) if elapsed > 0 else None
     summary["ready_s"] = round(ready_s, 1)
     summary["index_samples"] = len(watch.samples)
     summary["index_errors"] = watch.index_errors

@@ -278,4 +278,5 @@ def test_the_client_records_every_request(stub_url: str) -> None:
     assert np.all(records.status[records.models == 3] == 200) and np.any(records.models == 3)
     assert np.all(records.latency > 0)
     assert records.sent.max() < run.begin + plan.duration_s
+    assert 0 < records.cpu_s < 10
     assert np.bincount(records.models, minlength=10)[0] > np.bincount(records.models)[9]
