@@ -89,7 +89,9 @@ class EnsembleHost:
         ready = all(self.resolve(s.model, s.version) for s in steps_of(config))
         if ready and pairs:
             if not pairs.keys() <= self._marked:  # the heartbeat thread keeps marks fresh
-                await readiness.mark_ready(self._redis, self._consumer, pairs, self._ttl_ms)
+                await readiness.mark_ready(
+                    self._redis, self._consumer, pairs, self._ttl_ms, join_versions=False
+                )
                 self._marked.update(pairs)
         elif gone := [p for p in pairs if p in self._marked]:
             await readiness.unmark_ready(self._redis, self._consumer, gone)
@@ -103,7 +105,8 @@ class EnsembleHost:
         """The heartbeat thread's readiness marks for the ensembles this scheduler runs."""
         marked = {pair: 1 for pair in tuple(self._marked)}
         if marked:
-            readiness.queue_ready(pipe, self._consumer, marked, self._ttl_ms)
+            # The version set is the publisher's (``workers.loading.ensemble_load``).
+            readiness.queue_ready(pipe, self._consumer, marked, self._ttl_ms, join_versions=False)
 
     async def unmark(self, queues: Mapping[tuple[str, int], object]) -> None:
         """Leave the readiness sets of the ensembles this scheduler ran (it is stopping)."""

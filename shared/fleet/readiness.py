@@ -24,11 +24,21 @@ from shared.wire import keys
 
 
 def queue_ready(
-    pipe: Any, worker_id: str, versions: Mapping[tuple[str, int], int], ttl_ms: int
+    pipe: Any,
+    worker_id: str,
+    versions: Mapping[tuple[str, int], int],
+    ttl_ms: int,
+    join_versions: bool = True,
 ) -> None:
     """Queue this worker's readiness on a pipeline (asynchronous or synchronous); the mark
     (shared/lua/mark_ready.lua) announces a version it makes ready. EVAL with its source: it
-    runs in the heartbeat thread's plain pipeline and in cluster pipelines alike."""
+    runs in the heartbeat thread's plain pipeline and in cluster pipelines alike.
+
+    ``join_versions``: the version also joins the model's version set (a worker's loaded
+    version is known from its first mark on). An ensemble's version set belongs to whoever
+    published it: a scheduler's mark must not put back a version an unload just removed (a
+    heartbeat pipeline built before the unload and sent after it would make the unloaded
+    ensemble ready again, for good)."""
     now = now_ms()
     expiry = now + ttl_ms
     for (model, version), count in versions.items():
@@ -44,7 +54,8 @@ def queue_ready(
             change_feed.MODELS,
         )
         pipe.hset(keys.instances(model, version), worker_id, count)
-        pipe.sadd(keys.model_versions(model), version)
+        if join_versions:
+            pipe.sadd(keys.model_versions(model), version)
 
 
 async def mark_ready(
@@ -52,10 +63,11 @@ async def mark_ready(
     worker_id: str,
     versions: Mapping[tuple[str, int], int],
     ttl_ms: int,
+    join_versions: bool = True,
 ) -> None:
     """Refresh this worker's readiness for each (model, version) -> instance count."""
     async with r.pipeline(transaction=False) as pipe:
-        queue_ready(pipe, worker_id, versions, ttl_ms)
+        queue_ready(pipe, worker_id, versions, ttl_ms, join_versions)
         await pipe.execute()
 
 

@@ -9,12 +9,38 @@ model's ``auto_complete_config``), as Triton does unless it runs with
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from shared import model_config
 from shared.storage.repository import RepositoryModel
 from shared.wire.errors import invalid
 from workers.backend import Backend
+
+Tensor = TypeVar("Tensor")
+
+
+def complete_tensors(
+    config: model_config.ModelConfig,
+    inputs: Sequence[Tensor],
+    outputs: Sequence[Tensor],
+    describe: Callable[[Tensor, bool, str], dict[str, Any]],
+) -> dict[str, Any]:
+    """The configuration's JSON form with the inputs or outputs it leaves out described from
+    the model's own tensors (``describe(tensor, batched, model)``: one config entry, the batch
+    dimension left out of ``dims`` when ``max_batch_size`` > 0). Backends that read a graph's
+    tensors (ONNX Runtime, OpenVINO) complete this way, as Triton's do."""
+    batched = config.max_batch_size > 0
+    completed = copy.deepcopy(config.json)
+    for key, listed, found in (
+        ("input", config.inputs, inputs),
+        ("output", config.outputs, outputs),
+    ):
+        if not listed:
+            completed[key] = [describe(tensor, batched, config.name) for tensor in found]
+    return completed
 
 
 def complete(backend: Backend, model: RepositoryModel, strict: bool) -> RepositoryModel:

@@ -6,7 +6,6 @@ Whether a GPU is really used is read from the providers the session ended up wit
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import onnxruntime as ort
 from shared.model_config import ModelConfig
 from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Backend, LoadSpec, ModelInstance, TensorModelInstance
+from workers.loading.auto_complete import complete_tensors
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +46,7 @@ class OnnxRuntimeBackend(Backend):
         if (config.inputs and config.outputs) or not model_file.is_file():
             return None
         session = ort.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
-        batched = config.max_batch_size > 0
-        completed = copy.deepcopy(config.json)
-        for key, listed, found in (
-            ("input", config.inputs, session.get_inputs()),
-            ("output", config.outputs, session.get_outputs()),
-        ):
-            if listed:
-                continue
-            completed[key] = [_tensor_config(node, batched, config.name) for node in found]
-        return completed
+        return complete_tensors(config, session.get_inputs(), session.get_outputs(), _tensor_config)
 
     def load(self, spec: LoadSpec) -> ModelInstance:
         if not spec.model_file.is_file():

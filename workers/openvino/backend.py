@@ -11,7 +11,6 @@ instead, for models whose graph cannot change batch size (``parameters.py``).
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from shared.model_config import ModelConfig
 from shared.wire.datatypes import BY_NAME
 from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Backend, LoadSpec, ModelInstance, TensorModelInstance
+from workers.loading.auto_complete import complete_tensors
 from workers.openvino import parameters, ports
 
 log = logging.getLogger(__name__)
@@ -40,16 +40,7 @@ class OpenVinoBackend(Backend):
         if (config.inputs and config.outputs) or not model_file.exists():
             return None
         model = _read(ov.Core(), config.name, model_file)
-        batched = config.max_batch_size > 0
-        completed = copy.deepcopy(config.json)
-        for key, listed, found in (
-            ("input", config.inputs, model.inputs),
-            ("output", config.outputs, model.outputs),
-        ):
-            if listed:
-                continue
-            completed[key] = [_tensor_config(port, batched, config.name) for port in found]
-        return completed
+        return complete_tensors(config, model.inputs, model.outputs, _tensor_config)
 
     def load(self, spec: LoadSpec) -> ModelInstance:
         config = spec.config
