@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 from gateway.core.model_table import ModelTable
 from shared.fleet import on_demand
 from shared.metrics import on_demand as od_metrics
+from shared.model_config.ensemble_graph import composing_models, is_ensemble
 from shared.wire.errors import ConchError, ErrorCode
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,30 @@ class ColdStarts:
         entry = found.index.get(model)
         return entry is not None and not entry.error and model not in found.load_errors
 
-    def _settled(self, model: str) -> bool:
-        return self._table.is_ready(model, None) or model in self._table.expectations.load_errors
+    def _needed(self, model: str) -> list[str]:
+        """The models to demand for ``model``: itself, or for an ensemble (published at start,
+        ready once its steps are) the composing models that are not ready, through nested
+        ensembles."""
+        configs, needed, seen, todo = self._table.configs, [], set(), [model]
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            config = configs.get(name)
+            if config is not None and is_ensemble(config):
+                todo.extend(composing_models(config))
+            elif not self._table.is_ready(name, None):
+                needed.append(name)
+        return sorted(needed)
+
+    def _settled(self, model: str, needed: list[str]) -> bool:
+        failed = self._table.expectations.load_errors
+        return self._table.is_ready(model, None) or any(m in failed for m in [model, *needed])
+
+    async def _demand(self, needed: list[str]) -> None:
+        for name in needed:
+            await on_demand.demand(self._redis, name)
 
     async def ensure_loaded(self, model: str, limit_s: float | None = None) -> bool:
         """Wait for ``model`` to be loaded if it is not; True if the request waited (a miss).
@@ -69,10 +92,11 @@ class ColdStarts:
         started = time.monotonic()
         budget = self._timeout_s if limit_s is None else min(self._timeout_s, limit_s)
         end = started + budget
-        await on_demand.demand(self._redis, model)
+        needed = self._needed(model)
+        await self._demand(needed)
         while True:
             refreshed = self._refreshed
-            if self._settled(model):
+            if self._settled(model, needed):
                 break
             left = end - time.monotonic()
             if left <= 0:
@@ -85,15 +109,15 @@ class ColdStarts:
             try:
                 await asyncio.wait_for(refreshed.wait(), min(left, RECHECK_S))
             except TimeoutError:
-                await self._look_again(model)
+                await self._look_again(needed)
         od_metrics.COLD_START_SECONDS.labels(model).observe(time.monotonic() - started)
         return True
 
-    async def _look_again(self, model: str) -> None:
+    async def _look_again(self, needed: list[str]) -> None:
         """No notice for a second: record the demand again (the placer may have ended it) and
         re-read the table, once a second for the whole process."""
         try:
-            await on_demand.demand(self._redis, model)
+            await self._demand(needed)
             now = time.monotonic()
             if now - self._last_refresh >= RECHECK_S:
                 self._last_refresh = now
