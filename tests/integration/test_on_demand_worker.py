@@ -16,7 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from prometheus_client.parser import text_string_to_metric_families
 
+from conch.ports import free_port
 from shared.fleet import control, heartbeats, on_demand
 from shared.fleet.control import ControlAck
 from shared.wire import keys
@@ -49,8 +51,9 @@ def mesh(redis_url: str, model_repository: Path, tmp_path: Path) -> Iterator[Mes
         yield started
 
 
-def _start_worker(mesh: Mesh, load_models: str) -> None:
+def _start_worker(mesh: Mesh, load_models: str, health_port: int = 0) -> None:
     mesh.start_worker(
+        CONCH_WORKER_HEALTH_PORT=str(health_port),
         CONCH_WORKER_MODEL_CONTROL_MODE="on_demand",
         CONCH_WORKER_LOAD_MODELS=load_models,
         CONCH_WORKER_MODEL_MEMORY_BUDGET=BUDGET,
@@ -69,7 +72,8 @@ async def _worker_id(r: aioredis.Redis, mesh: Mesh) -> str:
 
 
 async def _send(r: aioredis.Redis, worker: str, action: str, model: str) -> ControlAck:
-    message = control.new_message(action, model, target=worker, reason="demand")
+    reason = on_demand.LOAD_DEMAND if action == control.LOAD else on_demand.UNLOAD_IDLE
+    message = control.new_message(action, model, target=worker, reason=reason)
     await control.send(r, message)
     acks, missing = await control.collect(r, message.id, {worker}, 20.0)
     assert not missing and len(acks) == 1, f"no answer to {action} {model}"
@@ -99,7 +103,8 @@ def _infer(mesh: Mesh, model: str) -> None:
 async def test_targeted_loads_evict_the_least_recently_used_idle_model(
     aredis: aioredis.Redis, mesh: Mesh
 ) -> None:
-    _start_worker(mesh, "p")
+    health_port = free_port()
+    _start_worker(mesh, "p", health_port)
     mesh.start_scheduler()
     mesh.start_gateway(1)
     worker = await _worker_id(aredis, mesh)
@@ -142,6 +147,24 @@ async def test_targeted_loads_evict_the_least_recently_used_idle_model(
     assert dropped.status == control.ACK_OK and dropped.unloaded == [1]
     refused = await _send(aredis, worker, control.UNLOAD, "p")
     assert refused.status == control.ACK_ERROR and "pinned" in refused.message
+
+    async with httpx.AsyncClient() as client:
+        scraped = (await client.get(f"http://127.0.0.1:{health_port}/metrics", timeout=5)).text
+    samples = {
+        f"{s.name}{sorted(s.labels.items())}": s.value
+        for family in text_string_to_metric_families(scraped)
+        for s in family.samples
+    }
+    for name, labels, value in (
+        ("conch_model_loads_total", {"model": "p", "reason": "pinned"}, 1),
+        ("conch_model_loads_total", {"model": "a", "reason": "demand"}, 1),
+        ("conch_model_loads_total", {"model": "c", "reason": "demand"}, 1),
+        ("conch_model_unloads_total", {"model": "b", "reason": "evicted"}, 1),
+        ("conch_model_unloads_total", {"model": "c", "reason": "idle"}, 1),
+        ("conch_worker_resident_models", {"backend": "onnxruntime"}, 2),
+        ("conch_worker_model_memory_budget_bytes", {"backend": "onnxruntime"}, 200 * 2**20),
+    ):
+        assert samples.get(f"{name}{sorted(labels.items())}") == value, (name, labels)
 
 
 async def test_no_room_when_the_budget_is_held_by_pinned_models(
