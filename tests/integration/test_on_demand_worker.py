@@ -179,3 +179,13 @@ async def test_no_room_when_the_budget_is_held_by_pinned_models(
     assert answer.message.startswith(f"no room on worker {worker} for model 'c'"), answer
     assert "pinned" in answer.message
     assert set(await _resident(aredis, worker)) == {"p", "a", "b"}  # nothing unloaded in vain
+
+    # The repository API (untargeted) unloads a pinned model; its room is then the placer's.
+    api = control.new_message(control.UNLOAD, "a")
+    await control.publish(aredis, api)
+    acks, _ = await control.collect(aredis, api.id, {worker}, 20.0)
+    assert [(a.status, a.unloaded) for a in acks] == [(control.ACK_OK, [1])], acks
+    placed = await _send(aredis, worker, control.LOAD, "c")
+    assert placed.status == control.ACK_OK and placed.loaded == [1], placed
+    held = await eventually(lambda: _resident(aredis, worker), lambda h: set(h) == {"p", "b", "c"})
+    assert held["b"].pinned and not held["c"].pinned, held
