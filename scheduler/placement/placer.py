@@ -47,6 +47,7 @@ class Placer:
             min_copies=settings.model_min_copies,
         )
         self._wake = asyncio.Event()
+        self._ticking = asyncio.Lock()  # one tick at a time, whoever calls it
         # (model, worker) -> when its unload was sent (ms)
         self._unloading: dict[tuple[str, str], int] = {}
         self.ticks = 0  # ticks run (tests and the idle-cost check read it)
@@ -74,6 +75,10 @@ class Placer:
 
     async def tick(self) -> list[Action]:
         """One look at the fleet; the actions carried out (none unless the lease is held)."""
+        async with self._ticking:
+            return await self._tick()
+
+    async def _tick(self) -> list[Action]:
         self.ticks += 1
         if not await self.lease.hold():
             return []
