@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from scheduler.queueing.version_queue import VersionQueue
 from shared.fleet import control, heartbeats, on_demand, readiness
-from shared.fleet.control import ControlAck
+from shared.fleet.control import ControlAck, IndexEntry
 from shared.placement.decide import Fleet, WorkerInfo
 from shared.runtime import clock
 from shared.wire import keys
@@ -106,26 +106,47 @@ def _ready(versions: dict[str, dict[int, int]]) -> frozenset[str]:
     return frozenset(m for m, found in versions.items() if any(n > 0 for n in found.values()))
 
 
-async def read_fleet(r: aioredis.Redis, unloading: Iterable[tuple[str, str]] = ()) -> Fleet:
+async def _models(
+    r: aioredis.Redis, models: list[str], demanded: list[str]
+) -> tuple[dict[str, IndexEntry], dict[str, int], dict[str, int]]:
+    """Index entries and measured sizes of ``models``, load error times of ``demanded``: only
+    the models a decision may place (the index holds every model of the repositories)."""
+    async with r.pipeline(transaction=False) as pipe:
+        pipe.hmget(keys.repository_index(), models or ["-"])
+        pipe.hmget(keys.model_bytes(), models or ["-"])
+        pipe.hmget(keys.load_errors(), demanded or ["-"])
+        index_raw, measured_raw, errors_raw = await pipe.execute()
+    index = {m: control.decode_index(v) for m, v in zip(models, index_raw, strict=False) if v}
+    measured = {m: int(v) for m, v in zip(models, measured_raw, strict=False) if v}
+    errors: dict[str, int] = {}
+    for model, raw in zip(demanded, errors_raw, strict=False):
+        if raw:
+            try:
+                errors[model] = int(json.loads(raw).get("ms", 0))
+            except (ValueError, AttributeError, TypeError):
+                errors[model] = 0
+    return index, measured, errors
+
+
+async def read_fleet(
+    r: aioredis.Redis, unloading: Iterable[tuple[str, str]] = (), every_resident: bool = False
+) -> Fleet:
+    """The fleet as one tick decides from. Index entries are read for the models demanded or
+    being placed, and those held that may want a copy (busy; all of them where
+    ``every_resident``: min_copies above 1 wants copies without traffic)."""
     demands = await on_demand.read_demands(r)
     placements = await on_demand.read_placements(r)
-    async with r.pipeline(transaction=False) as pipe:
-        pipe.hgetall(keys.repository_index())
-        pipe.hgetall(keys.model_bytes())
-        pipe.hgetall(keys.load_errors())
-        index_raw, measured_raw, errors_raw = await pipe.execute()
-    index = {_text(k): control.decode_index(v) for k, v in index_raw.items()}
-    measured = {_text(k): int(v) for k, v in measured_raw.items()}
-    errors: dict[str, int] = {}
-    for k, v in errors_raw.items():
-        try:
-            errors[_text(k)] = json.loads(v).get("ms", 0)
-        except (ValueError, AttributeError):
-            errors[_text(k)] = 0
     workers = await read_workers(r)
     resident = await on_demand.read_resident(r, list(workers))
     backlog = await read_backlog(r) if resident else {}
+    busy = {
+        m
+        for held in resident.values()
+        for m, res in held.items()
+        if every_resident or res.in_flight > 0 or backlog.get(m, 0) > 0
+    }
     asked = sorted(set(demands) | set(placements))
+    index, measured, errors = await _models(r, sorted(busy | set(asked)), sorted(demands))
     ready = _ready(await readiness.ready_versions(r, asked))
     return Fleet(
         now_ms=clock.now_ms(),

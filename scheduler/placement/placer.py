@@ -84,7 +84,9 @@ class Placer:
             return []
         now = clock.now_ms()
         self._unloading = {k: t for k, t in self._unloading.items() if now - t < UNLOADING_MS}
-        fleet = await fleet_view.read_fleet(self._r, self._unloading)
+        fleet = await fleet_view.read_fleet(
+            self._r, self._unloading, every_resident=self.policy.min_copies > 1
+        )
         actions = decide.decide(fleet, self.policy)
         for action in actions:
             if not self.lease.trusted():  # a slow tick outlived the lease: stop here

@@ -20,8 +20,8 @@ At most one action per model per tick, in this order of concern:
 3. Copies of every model held by a live worker: :func:`shared.placement.copies.wanted` says +1
    (a load on a worker without it) or -1 (an unload of the unpinned copy idle longest).
 
-Loads chosen earlier in the tick, and those in progress, take their estimated bytes on their
-worker (not evictable), so two demands of one tick do not both count on the same free memory.
+Loads chosen earlier in the tick and those in progress take their estimated bytes on their worker
+(not evictable): two demands of one tick do not both count on the same free memory.
 """
 
 from __future__ import annotations
@@ -167,10 +167,9 @@ class _Tick:
         for a placement being moved) when some could, but none has room now. ``failed``: the
         kind of a placement that has no worker left (FAIL for a demand, END for a copy)."""
         entry = self.fleet.index.get(model)
-        if entry is None:
-            return Action(FAIL, model, message=f"model '{model}' is not in the repository index")
-        if entry.error:
-            return Action(FAIL, model, message=entry.error)
+        if entry is None or entry.error or not entry.backend:
+            known = entry.error if entry else f"model '{model}' is not in the repository index"
+            return Action(failed, model, message=known or f"model '{model}' names no backend")
         backend = entry.backend
         views = self.views(backend)
         serving = [v.id for v in views if v.backends]
@@ -182,7 +181,8 @@ class _Tick:
                 message=f"no live worker serves backend '{backend}' of model '{model}'; "
                 f"expected a worker started with backend '{backend}'",
             )
-        exclude = set(tried) | set(self.holders(model))
+        leaving = {w for m, w in self.fleet.unloading if m == model}
+        exclude = set(tried) | set(self.holders(model)) | leaving
         if not [w for w in serving if w not in exclude]:
             return Action(
                 failed,

@@ -263,3 +263,25 @@ def test_copy_being_unloaded_is_not_counted_nor_unloaded_again() -> None:
 def test_dead_workers_copies_do_not_count() -> None:
     resident = _two_copies(1, 2)  # w2 dead: its resident set is ignored
     assert run(fleet(resident=resident)) == []
+
+
+def test_index_entry_without_a_backend_fails_not_sent_to_a_python_worker() -> None:
+    index = {"m": IndexEntry(versions=[1], files_bytes=1)}
+    state = fleet(demands={"m": NOW}, index=index, workers={"py": WorkerInfo("python", 0)})
+    [action] = run(state)
+    assert action.kind == "fail" and "names no backend" in action.message
+
+
+def test_copy_is_not_placed_on_a_worker_unloading_the_model() -> None:
+    three = {**TWO, "w3": WorkerInfo("onnxruntime", 100 * MB)}
+    resident = {"w1": {"m": held(capacity=1, in_flight=1)}}
+    state = fleet(
+        workers=three, resident=resident, backlog={"m": 9}, unloading=frozenset({("m", "w2")})
+    )
+    [action] = run(state)
+    assert (action.kind, action.worker) == ("load", "w3")
+
+
+def test_copy_of_a_model_missing_from_the_index_is_not_placed() -> None:
+    resident = {"w1": {"x": held(capacity=1, in_flight=1)}}
+    assert run(fleet(workers=TWO, resident=resident, backlog={"x": 9})) == []
