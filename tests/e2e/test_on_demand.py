@@ -145,7 +145,9 @@ def od(
     mesh.start_gateway(1, name="gateway-2", CONCH_GATEWAY_HTTP_PORT=str(second), **gateway_env)
     client = redis.Redis.from_url(redis_server.url)
     try:
-        mesh.wait_ready([PINNED], timeout_s=120, urls=[f"http://{mesh.url}", f"http://localhost:{second}"])
+        mesh.wait_ready(
+            [PINNED], timeout_s=120, urls=[f"http://{mesh.url}", f"http://localhost:{second}"]
+        )
         yield OnDemandMesh(mesh, f"localhost:{second}", f"localhost:{grpc_port}", client)
     finally:
         client.close()
@@ -198,7 +200,7 @@ def test_a_hot_model_gets_a_second_copy_and_loses_it_when_traffic_stops(
         while not stop.is_set():
             try:
                 infer_http(url, index)
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
+            except BaseException as exc:
                 failures.append(exc)
                 return
 

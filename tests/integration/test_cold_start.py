@@ -66,7 +66,7 @@ async def test_concurrent_misses_record_one_demand_and_all_wake_when_ready(
     waiters = [asyncio.create_task(cold.ensure_loaded("cold")) for _ in range(50)]
     await asyncio.sleep(0.2)
     assert not any(w.done() for w in waiters)
-    assert list((await on_demand.read_demands(aredis))) == ["cold"]
+    assert list(await on_demand.read_demands(aredis)) == ["cold"]
     await load(aredis, table, "cold")
     assert await asyncio.wait_for(asyncio.gather(*waiters), 5) == [True] * 50
     assert await cold.ensure_loaded("cold") is False  # now a hit
