@@ -252,7 +252,8 @@ def test_every_dashboard_query_returns_data(live: Live) -> None:
             # the generation row is proven live in test_generation_metrics_live.py.
             continue
         if _on_demand_query(expr):
-            # This mesh is not in on_demand mode: tests/e2e/test_on_demand.py scrapes them.
+            # This mesh is not in on_demand mode: tests/e2e/test_on_demand.py and
+            # tests/integration/test_on_demand_worker.py scrape them.
             continue
         checked += 1
         if not live.query(_instantiate(expr)):
