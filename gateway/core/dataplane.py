@@ -381,10 +381,25 @@ class DataPlane:
             admitted = await begun.admit()
         except CONNECTION_ERRORS:
             admitted = await admit_within(begun.admit, begun.deadline_ms, begun.model)
+        if admitted == NO_WORKER and self.cold_starts is not None:
+            admitted = await self._admit_after_unload(begun)
         if admitted < 0:
             tenant = begun.tenant.name if begun.tenant else None
             metrics.record_rejected(tenant, begun.model, _ADMISSION[admitted])
             submission.refusal(admitted, begun.model, begun.number, begun.ticket, begun.backend)
+
+    async def _admit_after_unload(self, begun: _Begun) -> int:
+        """on_demand: the model was unloaded (evicted, dropped idle) between the table's view
+        and the admission. A miss like any other: the request waits for the model's load,
+        inside its deadline, and is admitted then. Workers unload without routing around first
+        in this mode, since this is where a request that raced the unload goes."""
+        assert self.cold_starts is not None
+        await self.table.refresh()  # the view that said ready is stale
+        left_s = (begun.deadline_ms - int(time.time() * 1000)) / 1000
+        if left_s <= 0:
+            return NO_WORKER
+        await self.cold_starts.ensure_loaded(begun.model, left_s)  # a hit: another copy is live
+        return await begun.admit()
 
     def _deadline_error(
         self, model: str, number: int, bound: deadlines.Deadline, heard: bool

@@ -20,6 +20,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from shared.fleet import change_feed, heartbeats, labels, model_registry, readiness, streams
+from shared.fleet.control import MODE_ON_DEMAND
 from shared.fleet.heartbeat_thread import HeartbeatThread
 from shared.runtime import clock
 from shared.storage.repositories import Repositories
@@ -100,8 +101,7 @@ class VersionHost:
         }
 
     def _queue_ready(self, pipe: Any) -> None:
-        """The heartbeat thread's readiness marks (under its lock: see ``_leave``); on_demand:
-        the resident set the placer reads."""
+        """Heartbeat thread: readiness marks (locked: ``_leave``), the placer's resident set."""
         if self.announcing:
             counts = {key: len(v.instances) for key, v in list(self.loaded.items())}
             readiness.queue_ready(pipe, self.id, counts, self.settings.heartbeat_ttl_ms)
@@ -240,7 +240,8 @@ class VersionHost:
             pipe.incr(keys.policy_rev())
             await pipe.execute()
         await change_feed.announce(self.redis, change_feed.POLICY)
-        await asyncio.sleep(self.settings.drain_route_delay_s)
+        if self.settings.model_control_mode != MODE_ON_DEMAND:  # on_demand: a refused request
+            await asyncio.sleep(self.settings.drain_route_delay_s)  # waits as a miss (gateway)
         loaded = await self._leave(key)
         if loaded is None:
             return
