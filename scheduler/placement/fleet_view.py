@@ -138,7 +138,12 @@ async def read_fleet(
     placements = await on_demand.read_placements(r)
     workers = await read_workers(r)
     resident = await on_demand.read_resident(r, list(workers))
-    backlog = await read_backlog(r) if resident else {}
+    backlog = await read_backlog(r)
+    held = {m for models in resident.values() for m in models}
+    # Requests queued for a model no live worker holds (admitted as it was unloaded) are a
+    # demand too: else they would wait in a queue with no instance until their deadline.
+    stranded = {m for m, n in backlog.items() if n > 0 and m not in held | set(placements)}
+    demands = {m: demands.get(m, clock.now_ms()) for m in set(demands) | stranded}
     busy = {
         m
         for held in resident.values()
