@@ -9,7 +9,6 @@ model's is), so that a budget of 200 MiB holds exactly three of them, whatever t
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from shared.fleet import control, heartbeats, on_demand
 from shared.fleet.control import ControlAck
 from shared.wire import keys
 from tests.mesh import Mesh
-from tests.waiting import eventually
+from tests.waiting import eventually, eventually_sync
 
 PAD = 64 * 2**20
 BUDGET = "200MiB"  # three padded models, not four
@@ -91,12 +90,12 @@ def _infer(mesh: Mesh, model: str) -> None:
             for n in ("INPUT0", "INPUT1")
         ]
     }
-    deadline = time.monotonic() + 15
-    while True:
-        reply = httpx.post(f"http://{mesh.url}/v2/models/{model}/infer", json=body, timeout=5)
-        if reply.status_code == 200 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)  # the gateway re-reads the registry every 250 ms
+    reply = eventually_sync(  # the gateway's view follows the registry within moments
+        lambda: httpx.post(f"http://{mesh.url}/v2/models/{model}/infer", json=body, timeout=5),
+        lambda r: r.status_code == 200,
+        15,
+        every=0.1,
+    )
     assert reply.status_code == 200, reply.text
 
 
