@@ -68,6 +68,15 @@ def gateway_control_env(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
+def scheduler_control_env(args: argparse.Namespace) -> dict[str, str]:
+    """Model control as the schedulers' settings: in on_demand mode one of them places models."""
+    return {
+        "CONCH_SCHEDULER_MODEL_CONTROL_MODE": args.model_control_mode,
+        "CONCH_SCHEDULER_MODEL_IDLE_UNLOAD_S": str(float(args.model_idle_unload_seconds)),
+        "CONCH_SCHEDULER_MODEL_MIN_COPIES": str(args.model_min_copies),
+    }
+
+
 def gateway_tls_env(args: argparse.Namespace) -> dict[str, str]:
     """TLS on the gateway's HTTP and gRPC ports (Triton's --grpc-use-ssl and the HTTP side)."""
     env: dict[str, str] = {}
@@ -109,6 +118,7 @@ def worker_env(args: argparse.Namespace, cache_dir: Path | None = None) -> dict[
         "CONCH_WORKER_DRAIN_TIMEOUT_S": str(float(args.exit_timeout_secs)),
         "CONCH_WORKER_RATE_LIMIT": args.rate_limit,
         "CONCH_WORKER_RATE_LIMIT_RESOURCES": ",".join(args.rate_limit_resource),
+        "CONCH_WORKER_MODEL_MEMORY_BUDGET": args.model_memory_budget,
     }
     if getattr(args, "backend_directory", ""):  # else the worker's default directories
         env["CONCH_WORKER_BACKEND_DIRECTORY"] = ":".join(

@@ -124,10 +124,12 @@ def add_model_control(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--model-control-mode",
         type=str.lower,
-        choices=["none", "poll", "explicit"],
+        choices=["none", "poll", "explicit", "on_demand"],
         default="none",
         help="none: load everything at start; poll: follow the repositories; explicit: load "
-        "--load-model at start, then what the repository API asks (for every worker)",
+        "--load-model at start, then what the repository API asks (for every worker); "
+        "on_demand (Conch's): index everything, load a model on one worker at its first "
+        "request, evict the least recently used (docs/many-models.md)",
     )
     group.add_argument(
         "--repository-poll-secs",
@@ -142,6 +144,7 @@ def add_model_control(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="a model to load at start in explicit mode; repeatable; '*' (alone) loads all",
     )
+    add_on_demand(group)
     group.add_argument(
         "--model-config-name",
         default="",
@@ -201,6 +204,29 @@ def add_model_control(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="Triton's deprecated spelling of --cache-config local,size=N",
+    )
+
+
+def add_on_demand(group: argparse._ArgumentGroup) -> None:
+    """on_demand mode's settings (docs/many-models.md)."""
+    group.add_argument(
+        "--model-memory-budget",
+        default="",
+        metavar="BYTES|FRACTION",
+        help="on_demand: the memory each worker's models may take, in bytes (2GiB, 512MiB) or "
+        "as a fraction of the machine's (0.5; a GPU worker's: of the GPU's); default 0.5",
+    )
+    group.add_argument(
+        "--model-idle-unload-seconds",
+        type=float,
+        default=300.0,
+        help="on_demand: a copy that executed nothing for this long is unloaded (0: never)",
+    )
+    group.add_argument(
+        "--model-min-copies",
+        type=int,
+        default=1,
+        help="on_demand: copies an idle model keeps (0: an idle model is unloaded entirely)",
     )
 
 

@@ -113,7 +113,7 @@ OPTIONS: tuple[TritonOption, ...] = (
     _i(
         "model-control-mode",
         "Model Repository",
-        "none, poll or explicit, for the whole fleet: every worker follows the same mode",
+        "none, poll, explicit or on_demand, for the whole fleet: every service follows one mode",
     ),
     _i(
         "repository-poll-secs",

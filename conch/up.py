@@ -28,7 +28,12 @@ from conch.mesh_ready import ModelFailed, wait_ready
 from conch.ports import free_port
 from conch.private_redis import PrivateRedis
 from conch.private_redis_cluster import PrivateRedisCluster
-from conch.service_env import gateway_env, gateway_probe_tls, worker_env
+from conch.service_env import (
+    gateway_env,
+    gateway_probe_tls,
+    scheduler_control_env,
+    worker_env,
+)
 from conch.supervisor import ServiceSpec, StartupFailed, Supervisor
 from conch.up_args import UsageError
 from conch.up_plan import plan_models
@@ -140,6 +145,7 @@ def up(args: argparse.Namespace) -> int:
                         "CONCH_SCHEDULER_HEALTH_PORT": str(port),
                         "CONCH_SCHEDULER_DEAD_BOUND_MS": str(args.dead_bound_ms),
                         "CONCH_SCHEDULER_MAX_DELIVERIES": str(args.max_deliveries),
+                        **scheduler_control_env(args),
                     },
                     probe=f"http://127.0.0.1:{port}/health/ready",
                 )

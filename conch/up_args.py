@@ -60,10 +60,15 @@ def _models(args: argparse.Namespace, notes: list[str]) -> None:
             f"also given: {', '.join(n for n in names if n != '*')}"
         )
     args.load_model = names
-    if names and args.model_control_mode != "explicit":
+    if names and args.model_control_mode not in ("explicit", "on_demand"):
         notes.append(
-            f"--load-model has an effect only with --model-control-mode=explicit; in "
-            f"{args.model_control_mode} mode every model of the repositories is loaded"
+            f"--load-model has an effect only with --model-control-mode=explicit or on_demand; "
+            f"in {args.model_control_mode} mode every model of the repositories is loaded"
+        )
+    if args.model_min_copies < 0 or args.model_idle_unload_seconds < 0:
+        raise UsageError(
+            "--model-min-copies and --model-idle-unload-seconds must be 0 or more, not "
+            f"{args.model_min_copies} and {args.model_idle_unload_seconds}"
         )
     if args.repository_poll_secs < 0:
         raise UsageError(

@@ -54,7 +54,7 @@ def plan_models(args: argparse.Namespace, cache_dir: Path | None = None) -> Mode
         first = f" ({next(iter(errors.values()))})" if errors else ""
         raise UsageError(f"no servable model in {where}{first}")
     servable = sorted(m.name for configs in by_backend.values() for m in configs)
-    if args.model_control_mode != "explicit" or args.load_model == ["*"]:
+    if args.model_control_mode not in ("explicit", "on_demand") or args.load_model == ["*"]:
         return ModelPlan(by_backend, servable, errors)
     unknown = [n for n in args.load_model if n not in scan.models and n not in errors]
     if unknown and args.exit_on_error:

@@ -99,10 +99,14 @@ class GatewaySettings(Settings, kw_only=True):
     allow_anonymous: bool = True
     # Whether /v2/repository/... (load, unload, index) needs the admin token too.
     repository_requires_admin: bool = True
-    # Triton's --model-control-mode (none, poll or explicit, any case): the repository API's
-    # load and unload are refused with Triton's error unless it is explicit. The workers'
-    # CONCH_WORKER_MODEL_CONTROL_MODE must match.
+    # Triton's --model-control-mode (none, poll or explicit, any case), or Conch's on_demand
+    # (docs/many-models.md): the repository API's load and unload are refused with Triton's
+    # error unless it is explicit or on_demand. The workers' CONCH_WORKER_MODEL_CONTROL_MODE
+    # must match.
     model_control_mode: str = "none"
+    # on_demand mode: the longest a request waits for its model's load (its own timeout, if
+    # shorter, wins), in seconds.
+    cold_start_timeout_s: float = 120.0
     # Triton's --exit-timeout-secs: a stopping gateway process waits at most this long for its
     # requests in flight (and never longer than the unary bound plus 5 s).
     exit_timeout_s: float = 30.0
@@ -166,6 +170,11 @@ class GatewaySettings(Settings, kw_only=True):
         self.model_control_mode = check_mode(
             self.model_control_mode, "CONCH_GATEWAY_MODEL_CONTROL_MODE"
         )
+        if self.cold_start_timeout_s <= 0:
+            raise ValueError(
+                f"CONCH_GATEWAY_COLD_START_TIMEOUT_S is {self.cold_start_timeout_s}; "
+                "expected seconds > 0"
+            )
         for name in ("default_timeout_ms", "stream_silence_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(

@@ -22,6 +22,8 @@ import redis.asyncio as aioredis
 
 from scheduler.ensemble.host import EnsembleHost
 from scheduler.ensemble.runner import EnsembleRunner
+from scheduler.placement import fleet_view
+from scheduler.placement.placer import Placer
 from scheduler.queueing.cancels import SchedulerCancels
 from scheduler.queueing.version_queue import VersionQueue
 from scheduler.reading.intake import Intake
@@ -30,6 +32,7 @@ from scheduler.settings import SchedulerSettings
 from shared import metrics
 from shared.fleet import (
     change_feed,
+    control,
     durability,
     heartbeats,
     log_settings,
@@ -77,7 +80,7 @@ class SchedulerService:
             self.id,
             ttl_ms=s.heartbeat_ttl_ms,
             interval_ms=s.heartbeat_interval_ms,
-            info=lambda: {"pid": str(os.getpid()), "health_port": str(s.health_port)},
+            info=self._heartbeat_info,
             extra=self.ensembles.queue_marks,
         )
         # Registry and readiness changes are announced; the refresh interval is the safety poll.
@@ -85,6 +88,19 @@ class SchedulerService:
             s.redis_url, s.refresh_interval_ms / 1000, name="conch-scheduler-changes"
         )
         self.feed.on(change_feed.MODELS, self._refresh_once)
+        # on_demand: this scheduler may be the placer (one at a time, by lease).
+        self.placer: Placer | None = None
+        if s.model_control_mode == control.MODE_ON_DEMAND:
+            self.placer = Placer(self.redis, s, self.id)
+            self.feed.on(change_feed.DEMAND, self.placer.on_demand_notice)
+
+    def _heartbeat_info(self) -> dict[str, str]:
+        """The heartbeat's info (called on the heartbeat thread); on_demand: with the requests
+        waiting per model, which the placer sums over the live schedulers to add copies."""
+        info = {"pid": str(os.getpid()), "health_port": str(self.settings.health_port)}
+        if self.placer is not None:
+            info[fleet_view.BACKLOG_FIELD] = fleet_view.backlog_info(self.queues)
+        return info
 
     async def run(self) -> None:
         health = HealthServer(
@@ -105,6 +121,8 @@ class SchedulerService:
             self.cancels.run(self.settings.redis_url),
             log_settings.follow(self.settings.redis_url),
         ]
+        if self.placer is not None:
+            loops.append(self.placer.run())
         try:
             await asyncio.gather(*loops)
         finally:

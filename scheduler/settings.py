@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from shared.fleet.control import check_mode
 from shared.runtime.settings import Settings
 
 
@@ -44,3 +45,51 @@ class SchedulerSettings(Settings, kw_only=True):
     # While held back, how often the batch stream's backlog is re-read if no worker has announced
     # a finished batch (workers publish one message per batch; this is the fallback).
     backlog_poll_us: int = 20_000
+    # Triton's --model-control-mode as the scheduler sees it: in on_demand the scheduler runs
+    # the placer (one scheduler of the fleet at a time, by lease), which loads a model on one
+    # worker when it is first asked for and moves copies with traffic (docs/many-models.md).
+    model_control_mode: str = "none"
+    # on_demand: a copy that executed nothing for this long is unloaded, down to
+    # model_min_copies (--model-idle-unload-seconds); 0 never unloads for idleness.
+    model_idle_unload_s: float = 300
+    # on_demand: the copies an idle model keeps (--model-min-copies); 0 lets an idle model go
+    # entirely (it stays indexed and loads again on its next request). Pinned models keep one.
+    model_min_copies: int = 1
+    # on_demand: a load not answered within this long is placed again on another worker (its
+    # worker is stuck; one that died is seen sooner, by its heartbeat).
+    model_load_timeout_s: float = 300
+    # on_demand: how often the placer looks at demand, loads and copies (a new demand wakes it
+    # at once); each look is a few Redis reads.
+    placer_tick_ms: int = 250
+    # on_demand: the placer's lease; a placer that stops renewing it (dead, cut off) is
+    # replaced by another scheduler's within this long.
+    placer_lease_ms: int = 3_000
+
+    def __post_init__(self) -> None:
+        self.model_control_mode = check_mode(
+            self.model_control_mode, "CONCH_SCHEDULER_MODEL_CONTROL_MODE"
+        )
+        if self.model_idle_unload_s < 0:
+            raise ValueError(
+                f"CONCH_SCHEDULER_MODEL_IDLE_UNLOAD_S is {self.model_idle_unload_s}; expected "
+                "seconds of 0 or more (0: never unload an idle copy)"
+            )
+        if self.model_min_copies < 0:
+            raise ValueError(
+                f"CONCH_SCHEDULER_MODEL_MIN_COPIES is {self.model_min_copies}; expected 0 or "
+                "more (0: an idle model may go entirely)"
+            )
+        if self.model_load_timeout_s <= 0:
+            raise ValueError(
+                f"CONCH_SCHEDULER_MODEL_LOAD_TIMEOUT_S is {self.model_load_timeout_s}; "
+                "expected seconds above 0"
+            )
+        if not 10 <= self.placer_tick_ms <= 60_000:
+            raise ValueError(
+                f"CONCH_SCHEDULER_PLACER_TICK_MS is {self.placer_tick_ms}; expected 10 to 60000"
+            )
+        if self.placer_lease_ms < 3 * self.placer_tick_ms:
+            raise ValueError(
+                f"CONCH_SCHEDULER_PLACER_LEASE_MS is {self.placer_lease_ms}; expected at least "
+                f"3 placer ticks ({3 * self.placer_tick_ms}): the holder renews it every tick"
+            )

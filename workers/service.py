@@ -19,7 +19,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from shared import metrics
-from shared.fleet import cancel_listener, control, heartbeats, log_settings, readiness
+from shared.fleet import cancel_listener, control, heartbeats, log_settings, on_demand, readiness
+from shared.metrics.on_demand import MODEL_LOADS
 from shared.runtime import redis_conn
 from shared.runtime.health_http import HealthServer
 from workers.backend import Backend, ModelInstance
@@ -79,7 +80,7 @@ class WorkerService:
             return busy + await sequences.wait_idle(instances, timeout_s)
 
         self.versions = VersionHost(self.redis, settings, self.backend, self.id, serve, wait_idle)
-        self.control = ModelControl(self.versions)
+        self.control = ModelControl(self.versions, self.versions.residents)
 
     async def run(self) -> None:
         health = HealthServer(
@@ -108,6 +109,8 @@ class WorkerService:
                 settings.model_config_name,
             )
             await load_at_startup(scan, versions)
+            if versions.residents.on_demand:
+                await self._pin_startup_models()
             total = sum(len(v.instances) for v in versions.loaded.values())
             self._batches.executor = ThreadPoolExecutor(  # headroom for versions loaded at runtime
                 max_workers=max(64, total), thread_name_prefix="exec"
@@ -143,6 +146,18 @@ class WorkerService:
         finally:
             await self._shutdown(background)
             await health.stop()
+
+    async def _pin_startup_models(self) -> None:
+        """On_demand mode: the models loaded at start are pinned, counted and published."""
+        versions, backend = self.versions, self.settings.backend
+        residents = versions.residents
+        for name in await asyncio.to_thread(residents.pin_loaded, versions.loaded):
+            MODEL_LOADS.labels(name, on_demand.LOAD_PINNED).inc()
+        metrics.on_scrape(lambda: residents.export(backend, versions.loaded))
+        log.info(
+            "on_demand model memory budget",
+            extra={"budget_bytes": residents.budget_bytes, "pinned": sorted(residents.pinned)},
+        )
 
     async def _shutdown(self, background: list[asyncio.Task[None]]) -> None:
         """Stop taking batches, finish the ones in flight, then leave the registry. Heartbeats

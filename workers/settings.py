@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from shared.fleet.control import check_mode
+from shared.placement.budget import FLAG, parse_budget
 from shared.runtime.settings import Settings
 from shared.wire.errors import ConchError
 from workers.ratelimit.resources import parse_available
@@ -21,12 +22,20 @@ class WorkerSettings(Settings, kw_only=True):
     # Triton's --model-control-mode, any case: none (load every model at start; the repository
     # API's load and unload are refused), poll (the same, and follow the repositories: added
     # and changed models load, removed ones unload) or explicit (load LOAD_MODELS at start,
-    # then what the repository API asks). The gateways' CONCH_GATEWAY_MODEL_CONTROL_MODE must
-    # match.
+    # then what the repository API asks), or Conch's on_demand (every model indexed, LOAD_MODELS
+    # loaded and pinned, any other loaded on one worker when first asked for and evicted least
+    # recently used to stay within MODEL_MEMORY_BUDGET). The gateways'
+    # CONCH_GATEWAY_MODEL_CONTROL_MODE must match.
     model_control_mode: str = "none"
-    # Explicit mode: the models loaded at start (Triton's --load-model; "*": every model), as
-    # well as those the fleet's desired state says are loaded (a load through the API).
+    # Explicit and on_demand modes: the models loaded at start (Triton's --load-model; "*":
+    # every model), as well as those the fleet's desired state says are loaded (a load through
+    # the API). In on_demand mode these are pinned: never evicted.
     load_models: list[str] = []
+    # On_demand mode (--model-memory-budget): the memory the models this worker loads may take,
+    # as bytes ("2GiB", "512MiB", "1500000000") or a fraction of the machine's memory, or of
+    # the GPU's for a worker on a GPU ("0.5", "50%"); "": 0.5. A model that would not fit has
+    # least recently used idle models unloaded first, or is placed on another worker.
+    model_memory_budget: str = ""
     # Poll mode: seconds between two looks at the repositories (Triton's --repository-poll-secs).
     repository_poll_secs: float = 15.0
     # Triton's --model-config-name: read <model>/configs/<name>.pbtxt where it exists, else
@@ -98,6 +107,12 @@ class WorkerSettings(Settings, kw_only=True):
         self.model_control_mode = check_mode(
             self.model_control_mode, "CONCH_WORKER_MODEL_CONTROL_MODE"
         )
+        if self.model_memory_budget.strip():
+            try:
+                parse_budget(self.model_memory_budget)
+            except ConchError as exc:
+                why = exc.message.removeprefix(f"{FLAG}: ")
+                raise ValueError(f"CONCH_WORKER_MODEL_MEMORY_BUDGET ({FLAG}): {why}") from None
         self.rate_limit = self.rate_limit.strip().lower()
         if self.rate_limit not in ("off", "execution_count"):
             raise ValueError(

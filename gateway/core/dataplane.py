@@ -27,6 +27,7 @@ from gateway.core.auth import Tenant
 from gateway.core.caller import ANONYMOUS_CALLER, Caller
 from gateway.core.cancellation import cancel_request
 from gateway.core.coarse_timers import Deadline
+from gateway.core.cold_start import ColdStarts
 from gateway.core.in_flight import InFlightLimit
 from gateway.core.model_table import ModelTable
 from gateway.core.request import ParsedRequest
@@ -96,6 +97,8 @@ class DataPlane:
     cache: ResponseCache | None = None
     # Triton's trace settings: which requests to trace, at what level (None: trace every one).
     traces: TraceSettings | None = None
+    # on_demand model control: a miss waits for the model's load (None: other modes).
+    cold_starts: ColdStarts | None = None
 
     def __init__(
         self,
@@ -266,6 +269,12 @@ class DataPlane:
     ) -> _Begun | InferOutcome:
         """Everything before the enqueue: admit, route, validate, the cache; an outcome for a
         cache hit. ``endpoint`` None: the caller streams, decoupled models are served."""
+        arrived_ms = 0  # on_demand: a request that waited for its model's load
+        if self.cold_starts is not None:
+            asked = deadlines.asked_ms(parsed.parameters, 0)
+            arrived_ms = int(time.time() * 1000)
+            if not await self.cold_starts.ensure_loaded(model, asked / 1000 if asked else None):
+                arrived_ms = 0
         config = self.table.configs.get(model) or await self.table.config_after_miss(model)
         try:  # auth (401/403), rate limit (429), then version choice by weights
             tenant = await self.admission.admit(model, caller)
@@ -303,7 +312,8 @@ class DataPlane:
             record_request(model, number, arm, "OK", time.perf_counter() - started)
             return InferOutcome(Reply("", model, number, cached.outputs), valid, number)
         span = await start_span(self.traces, model, number, arm, valid.inputs)
-        now = int(time.time() * 1000)
+        # A cold start's wait is queue time, inside the request's deadline: both start at arrival.
+        now = arrived_ms or int(time.time() * 1000)
         asked = deadlines.asked_ms(parsed.parameters, tenant.timeout_ms if tenant else 0)
         bound = deadlines.plan(
             now, asked, endpoint is None, self._default_timeout_ms, self._silence_ms
@@ -371,10 +381,25 @@ class DataPlane:
             admitted = await begun.admit()
         except CONNECTION_ERRORS:
             admitted = await admit_within(begun.admit, begun.deadline_ms, begun.model)
+        if admitted == NO_WORKER and self.cold_starts is not None:
+            admitted = await self._admit_after_unload(begun)
         if admitted < 0:
             tenant = begun.tenant.name if begun.tenant else None
             metrics.record_rejected(tenant, begun.model, _ADMISSION[admitted])
             submission.refusal(admitted, begun.model, begun.number, begun.ticket, begun.backend)
+
+    async def _admit_after_unload(self, begun: _Begun) -> int:
+        """on_demand: the model was unloaded (evicted, dropped idle) between the table's view
+        and the admission. A miss like any other: the request waits for the model's load,
+        inside its deadline, and is admitted then. Workers unload without routing around first
+        in this mode, since this is where a request that raced the unload goes."""
+        assert self.cold_starts is not None
+        await self.table.refresh()  # the view that said ready is stale
+        left_s = (begun.deadline_ms - int(time.time() * 1000)) / 1000
+        if left_s <= 0:
+            return NO_WORKER
+        await self.cold_starts.ensure_loaded(begun.model, left_s)  # a hit: another copy is live
+        return await begun.admit()
 
     def _deadline_error(
         self, model: str, number: int, bound: deadlines.Deadline, heard: bool

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import msgspec
@@ -32,14 +33,24 @@ from shared.fleet import (
     expected_models,
     heartbeats,
     model_registry,
+    on_demand,
     readiness,
 )
+from shared.fleet.expected_models import LoadError
 from shared.runtime import clock
 from shared.storage.model_paths import check_model_name
 from shared.wire import keys
 from shared.wire.errors import ConchError, ErrorCode, invalid, unavailable
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Where:
+    """on_demand mode's additions to the index: loads in progress, and who holds each version."""
+
+    placements: dict[str, on_demand.Placement] | None = None
+    workers: dict[tuple[str, int], list[str]] = field(default_factory=dict)
 
 
 class RepositoryControl:
@@ -57,7 +68,8 @@ class RepositoryControl:
         control_mode: str = control.MODE_EXPLICIT,
     ):
         self._redis = r
-        self._explicit = control_mode == control.MODE_EXPLICIT
+        self._explicit = control_mode in control.API_MODES
+        self._on_demand = control_mode == control.MODE_ON_DEMAND
         self._table = table
         self._timeout_s = timeout_s
         self._max_upload_bytes = max_upload_bytes
@@ -68,6 +80,7 @@ class RepositoryControl:
         _, configs = await model_registry.read_models(self._redis)
         names = sorted(set(disk) | set(configs))
         live = await readiness.ready_versions(self._redis, names)
+        where = await self._where(live)
         entries: list[dict[str, str]] = []
         for name in names:
             entry = disk.get(name)
@@ -83,23 +96,44 @@ class RepositoryControl:
                 entries.append({"name": name, "state": "UNAVAILABLE", "reason": reason})
             for version in sorted(versions):
                 if live.get(name, {}).get(version, 0) > 0:
-                    entries.append({"name": name, "version": str(version), "state": "READY"})
+                    ready = {"name": name, "version": str(version), "state": "READY"}
+                    if where.placements is not None:  # on_demand: where it is loaded
+                        ready["reason"] = "loaded on " + ", ".join(where.workers[(name, version)])
+                    entries.append(ready)
                 elif not ready_only:
-                    reason = _not_ready_reason(entry, state, version)
-                    if reason == "not loaded by any live worker" and name in failed:
-                        reason = f"failed to load: {failed[name].message}"
-                    entries.append(
-                        {
-                            "name": name,
-                            "version": str(version),
-                            "state": "UNAVAILABLE",
-                            "reason": reason,
-                        }
-                    )
+                    entries.append(self._not_ready(name, version, entry, state, failed, where))
         return entries
 
+    async def _where(self, live: dict[str, dict[int, int]]) -> _Where:
+        if not self._on_demand:
+            return _Where()
+        pairs = [(m, v) for m, vs in live.items() for v, n in vs.items() if n > 0]
+        return _Where(
+            await on_demand.read_placements(self._redis),
+            await readiness.ready_workers(self._redis, pairs),
+        )
+
+    @staticmethod
+    def _not_ready(
+        name: str,
+        version: int,
+        entry: control.IndexEntry | None,
+        state: control.DesiredState | None,
+        failed: dict[str, LoadError],
+        where: _Where,
+    ) -> dict[str, str]:
+        placement = (where.placements or {}).get(name)
+        if placement is not None:
+            reason = f"loading on {placement.worker}"
+            return {"name": name, "version": str(version), "state": "LOADING", "reason": reason}
+        reason = _not_ready_reason(entry, state, version)
+        if reason.startswith("not loaded") and name in failed:
+            reason = f"failed to load: {failed[name].message}"
+        return {"name": name, "version": str(version), "state": "UNAVAILABLE", "reason": reason}
+
     def _check_explicit(self) -> None:
-        """Load and unload only in explicit model control mode: Triton's refusal otherwise."""
+        """Load and unload only in explicit (or on_demand) model control mode: Triton's refusal
+        otherwise."""
         if not self._explicit:
             raise unavailable(control.NOT_EXPLICIT)
 

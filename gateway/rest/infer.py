@@ -43,8 +43,10 @@ async def before_body(
 
     A model this process's table lacks gets the table's second look in Redis before the 404:
     the table is refreshed on an interval, and a model that a worker announced a moment ago is
-    loading (503), not unknown."""
-    if model not in dataplane.table.configs:
+    loading (503), not unknown. In on_demand mode a model that is indexed and not loaded goes
+    on: the data plane waits for its load."""
+    cold = dataplane.cold_starts
+    if model not in dataplane.table.configs and not (cold and cold.loadable(model)):
         await dataplane.table.config_after_miss(model)
     caller = dataplane.authenticate(
         model, Caller(headers.get("authorization"), headers.get(ROUTE_KEY_HEADER))

@@ -18,6 +18,7 @@ from gateway.admin.store import AdminStore
 from gateway.core import cancellation
 from gateway.core.admission import Admission
 from gateway.core.auth import TenantTable
+from gateway.core.cold_start import ColdStarts
 from gateway.core.dataplane import DataPlane
 from gateway.core.model_table import ModelTable
 from gateway.core.ratelimit import RateLimiter
@@ -35,7 +36,7 @@ from gateway.runtime.readiness import Readiness
 from gateway.runtime.status import GatewayProcess
 from gateway.settings import GatewaySettings
 from shared import metrics
-from shared.fleet import change_feed, durability, heartbeats, log_settings
+from shared.fleet import change_feed, control, durability, heartbeats, log_settings
 from shared.fleet.change_feed import ChangeFeed
 from shared.fleet.replies import ReplyRouter
 from shared.runtime import redis_conn, tracing
@@ -80,6 +81,10 @@ class GatewayState:
             direct=settings.direct_path,
             stream_silence_ms=settings.stream_silence_timeout_ms,
         )
+        if settings.model_control_mode == control.MODE_ON_DEMAND:
+            self.dataplane.cold_starts = ColdStarts(
+                self.redis, self.table, settings.cold_start_timeout_s
+            )
         self.shared_memory = SharedMemoryManager(
             self.redis, settings.shm_host or os.uname().nodename, settings.allow_client_shm
         )

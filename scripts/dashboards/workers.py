@@ -161,5 +161,60 @@ WORKERS = Dashboard(
             ],
             "short",
         ),
+        "Models on demand (--model-control-mode on_demand)",
+        Panel(
+            "Loads and unloads/min by reason",
+            [
+                (
+                    "sum by (reason) (rate(conch_model_loads_total[$__rate_interval])) * 60",
+                    "load: {{reason}}",
+                ),
+                (
+                    "sum by (reason) (rate(conch_model_unloads_total[$__rate_interval])) * 60",
+                    "unload: {{reason}}",
+                ),
+            ],
+            "short",
+            description="Loads: demand (a first request), copy (traffic), retry (a loading "
+            "worker died), pinned. Unloads: evicted (memory), idle, api.",
+        ),
+        Panel(
+            "Cold start p50 / p99",
+            [
+                (
+                    f"histogram_quantile({q}, sum by (le) "
+                    "(rate(conch_model_cold_start_seconds_bucket[$__rate_interval])))",
+                    f"p{int(q * 100)}",
+                )
+                for q in (0.5, 0.99)
+            ],
+            "s",
+            description="From a request's arrival to its model being ready, for requests "
+            "that found their model not loaded.",
+        ),
+        Panel(
+            "Hit ratio",
+            [
+                (
+                    'sum(rate(conch_model_demand_total{outcome="hit"}[$__rate_interval])) '
+                    "/ sum(rate(conch_model_demand_total[$__rate_interval]))",
+                    "hit ratio",
+                )
+            ],
+            "percentunit",
+            description="Requests whose model was loaded when they arrived.",
+        ),
+        Panel(
+            "Resident models and memory per worker",
+            [
+                ("sum by (instance) (conch_worker_resident_models)", "{{instance}} models"),
+                (
+                    "sum by (instance) (conch_worker_resident_bytes) / "
+                    "sum by (instance) (conch_worker_model_memory_budget_bytes)",
+                    "{{instance}} of budget",
+                ),
+            ],
+            "short",
+        ),
     ],
 )

@@ -33,7 +33,8 @@ MODELS = "models"  # configs, readiness sets (a version newly ready), repository
 POLICY = "policy"  # weights, shadow traffic, draining versions
 TENANTS = "tenants"  # tenants and their API keys
 TRACE = "trace"  # trace settings
-TOPICS = (MODELS, POLICY, TENANTS, TRACE)
+DEMAND = "demand"  # a model asked for and not loaded (on_demand mode): the placer looks now
+TOPICS = (MODELS, POLICY, TENANTS, TRACE, DEMAND)
 
 # After a failed refresh: try again this soon (Redis coming back), not at the next safety poll.
 RETRY_S = 0.5

@@ -33,7 +33,13 @@ UNLOAD = "unload"
 MODE_NONE = "none"
 MODE_POLL = "poll"
 MODE_EXPLICIT = "explicit"
-MODES = (MODE_NONE, MODE_POLL, MODE_EXPLICIT)
+# Conch's own: every model indexed at start, none loaded but ``--load-model`` (pinned); a model
+# loads on one worker when first asked for, and the placer (``scheduler.placement``) moves copies
+# with traffic and memory (docs/many-models.md). The repository API works as in explicit mode.
+MODE_ON_DEMAND = "on_demand"
+MODES = (MODE_NONE, MODE_POLL, MODE_EXPLICIT, MODE_ON_DEMAND)
+# The modes in which the repository API may load and unload.
+API_MODES = (MODE_EXPLICIT, MODE_ON_DEMAND)
 # Triton's refusal of load and unload outside explicit mode (UNAVAILABLE: HTTP 503), word for
 # word: clients match on it.
 NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
@@ -59,6 +65,11 @@ class ControlMessage(msgspec.Struct, frozen=True, kw_only=True):
     # Load only: model files came with the request (``keys.control_files``), to be written into
     # the model directory before loading.
     files: bool = False
+    # The one worker meant (the placer's loads and unloads in on_demand mode); "": every worker.
+    # A worker skips a message meant for another without answering it.
+    target: str = ""
+    # Why the placer sent it (``shared.fleet.on_demand``'s reasons), for metrics and logs.
+    reason: str = ""
 
 
 class ControlAck(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +98,11 @@ class IndexEntry(msgspec.Struct, frozen=True, kw_only=True):
     # Explicit mode: not among the models loaded at start (and never loaded through the API
     # since): in the index, not expected.
     not_loaded: bool = False
+    # The backend that serves it (``backend`` of its completed config, e.g. "onnxruntime", or a
+    # Python-based backend's name) and its files' size on disk: what the on_demand placer needs
+    # to place a model that was never loaded.
+    backend: str = ""
+    files_bytes: int = 0
 
 
 def check_mode(value: str, setting: str) -> str:
@@ -114,6 +130,8 @@ def new_message(
     config: dict[str, Any] | None = None,
     versions: list[int] | None = None,
     files: bool = False,
+    target: str = "",
+    reason: str = "",
 ) -> ControlMessage:
     return ControlMessage(
         id=uuid.uuid4().hex,
@@ -123,6 +141,8 @@ def new_message(
         versions=versions,
         sent_ms=clock.now_ms(),
         files=files,
+        target=target,
+        reason=reason,
     )
 
 
@@ -162,6 +182,17 @@ async def publish(r: aioredis.Redis, message: ControlMessage) -> None:
         )
         await pipe.execute()
     await change_feed.announce(r, change_feed.MODELS)
+
+
+async def send(r: aioredis.Redis, message: ControlMessage) -> None:
+    """Send a message meant for one worker (``target``): the fleet's desired state is not
+    touched (a placement is not what every worker should load)."""
+    await r.xadd(
+        keys.control_stream(),
+        {keys.FIELD_DATA: _json_encode(message)},
+        maxlen=STREAM_MAXLEN,
+        approximate=True,
+    )
 
 
 async def last_id(r: aioredis.Redis) -> bytes:

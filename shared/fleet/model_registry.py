@@ -1,6 +1,9 @@
 """The fleet's model configurations in Redis, written by the workers that load them.
 
-Gateways and schedulers cache them and reload only when the revision counter moves.
+Gateways and schedulers cache them and reload only when the revision counter moves. A fleet of
+thousands of models (on_demand mode) loads and unloads all the time: a load that publishes the
+configuration already there does not move the revision, and a reload parses only the
+configurations whose bytes changed (parsing one costs far more than reading it).
 """
 
 from __future__ import annotations
@@ -17,8 +20,11 @@ _json = msgspec.json
 
 
 async def publish_model(r: aioredis.Redis, config: ModelConfig) -> None:
-    """Make the configuration visible to gateways and schedulers (bumps the revision)."""
+    """Make the configuration visible to gateways and schedulers (bumps the revision, unless
+    the same configuration is published already)."""
     payload = _json.encode(config.to_json())
+    if await r.hget(keys.models(), config.name) == payload:
+        return
     async with r.pipeline(transaction=True) as pipe:
         pipe.hset(keys.models(), config.name, payload)
         pipe.incr(keys.models_rev())
@@ -52,7 +58,17 @@ async def read_models(r: aioredis.Redis) -> tuple[int, dict[str, ModelConfig]]:
         pipe.hgetall(keys.models())
         rev, raw = await pipe.execute()
     configs: dict[str, ModelConfig] = {}
+    parsed: dict[bytes, ModelConfig] = {}
     for name, payload in raw.items():
-        config = model_config.from_json(_json.decode(payload), source=f"registry:{name!r}")
+        config = _parsed.get(payload)
+        if config is None:
+            config = model_config.from_json(_json.decode(payload), source=f"registry:{name!r}")
+        parsed[payload] = config
         configs[config.name] = config
+    _parsed.clear()  # only what the registry holds now: the cache never outgrows it
+    _parsed.update(parsed)
     return int(rev or 0), configs
+
+
+# Configuration bytes -> parsed (frozen) configuration, as of this process's last read.
+_parsed: dict[bytes, ModelConfig] = {}

@@ -135,3 +135,20 @@ async def ready_expiries(r: aioredis.Redis, models: list[str]) -> Expiries:
         live, counts = replies[2 * index], replies[2 * index + 1]
         state[model][version] = [(int(score), int(counts.get(w, 1))) for w, score in live]
     return state
+
+
+async def ready_workers(
+    r: aioredis.Redis, pairs: list[tuple[str, int]]
+) -> dict[tuple[str, int], list[str]]:
+    """Per (model, version): the live workers (and schedulers, for an ensemble) that hold it."""
+    if not pairs:
+        return {}
+    now = now_ms()
+    async with r.pipeline(transaction=False) as pipe:
+        for model, version in pairs:
+            pipe.zrangebyscore(keys.ready(model, version), now, "+inf")
+        replies = await pipe.execute()
+    return {
+        pair: sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+        for pair, members in zip(pairs, replies, strict=True)
+    }

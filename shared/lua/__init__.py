@@ -117,6 +117,8 @@ SEQUENCE_RELEASE_IDLE = _load("sequence_release_idle")
 SEQUENCE_ADOPT = _load("sequence_adopt")
 SEQUENCE_CANCEL = _load("sequence_cancel")
 SEQUENCE_PULL = _load("sequence_pull")
+# On_demand model control.
+PLACER_LEASE = _load("placer_lease")
 
 SCRIPTS: dict[str, Script] = {
     s.name: s
@@ -143,5 +145,6 @@ SCRIPTS: dict[str, Script] = {
         SEQUENCE_ADOPT,
         SEQUENCE_CANCEL,
         SEQUENCE_PULL,
+        PLACER_LEASE,
     )
 }

@@ -250,6 +250,35 @@ def load_errors() -> str:
     return f"{FLEET}:load_errors"
 
 
+# --- on_demand model control (shared.fleet.on_demand) ------------------------------------------
+
+
+def demand() -> str:
+    """HASH model -> ms of the first request that found it not loaded (the placer loads it)."""
+    return f"{FLEET}:demand"
+
+
+def placements() -> str:
+    """HASH model -> the placer's load in progress ``{"worker": ..., "started_ms": ...}``."""
+    return f"{FLEET}:placements"
+
+
+def resident(worker: str) -> str:
+    """HASH model -> what the worker holds of it ``{"bytes": ..., "last_used_ms": ...}``,
+    refreshed with its heartbeat (expires with it)."""
+    return f"{FLEET}:resident:{worker}"
+
+
+def model_bytes() -> str:
+    """HASH model -> bytes its last load was measured to take (the placer's size estimate)."""
+    return f"{FLEET}:model_bytes"
+
+
+def placer_lease() -> str:
+    """STRING the id of the scheduler that places models (SET NX PX: one at a time)."""
+    return f"{FLEET}:placer"
+
+
 # --- Protocol extensions (shared memory, response cache, trace and log settings) --------------
 
 

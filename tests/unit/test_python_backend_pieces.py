@@ -98,5 +98,6 @@ def test_model_control_arguments_and_mode() -> None:
     with pytest.raises(ConchError, match="field 'name' is 'other'"):
         bls_control.load_request("m", '{"name": "other"}', None)
     bls_control.check_mode("explicit", "load", "m")
+    bls_control.check_mode("on_demand", "load", "m")
     with pytest.raises(ConchError, match="not allowed if polling is enabled"):
         bls_control.check_mode("poll", "load", "m")

@@ -199,10 +199,10 @@ class BatchProcessor:
         ragged.add_batch_inputs(config, model_requests)
         input_ns = time.perf_counter_ns() - input_started
         in_flight = metrics.child(metrics.EXECUTIONS_IN_FLIGHT, config.name, loaded.version)
-        in_flight.inc()
+        done = loaded.executing(in_flight)  # also the version's own count, for eviction
         started_ns = time.time_ns()
         running: Awaitable[Any] = self.executions.run(
-            instance, instance.execute, model_requests, on_done=in_flight.dec, timed=True
+            instance, instance.execute, model_requests, on_done=done, timed=True
         )
         if tells_cancels(instance):  # is_cancelled() reaches the running models
             watch = run_watched(self._redis, config.name, model_requests, self.cancelled, instance)

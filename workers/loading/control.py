@@ -22,17 +22,20 @@ from shared.runtime import redis_conn
 from shared.runtime.wakeable_read import READ_BLOCK_MS
 from shared.storage.repository import ScanResult
 from shared.wire import keys
-from workers.loading import control_actions
+from workers.loading import control_actions, on_demand_load
 from workers.loading.control_actions import ModelHost, ack
 from workers.loading.fleet_state import apply_fleet_state
+from workers.loading.resident import Residents
 from workers.loading.start_set import ALL
 
 log = logging.getLogger(__name__)
 
 
 class ModelControl:
-    def __init__(self, host: ModelHost):
+    def __init__(self, host: ModelHost, residents: Residents | None = None):
         self._host = host
+        # On_demand mode: what this worker holds, for the placer's loads and unloads.
+        self.residents = residents or Residents()
         self._cursor: bytes = b"$"
 
     async def startup_scan(
@@ -83,6 +86,8 @@ class ModelControl:
         except Exception as exc:
             log.exception("control message failed", extra={"model": message.model})
             answer = ack(self._host, control.ACK_ERROR, f"{type(exc).__name__}: {exc}")
+        if answer is None:  # meant for another worker: not answered, not waited for
+            return
         log.info(
             "control message handled",
             extra={
@@ -100,13 +105,19 @@ class ModelControl:
         except Exception:
             log.exception("could not answer a control message", extra={"model": message.model})
 
-    async def handle(self, message: ControlMessage) -> ControlAck:
+    async def handle(self, message: ControlMessage) -> ControlAck | None:
+        """The answer to a message; None for one meant for another worker."""
         host = self._host
+        if message.target and message.target != host.id:
+            return None
         wanted = host.settings.models
         if wanted and message.model not in wanted:
             return ack(host, control.ACK_SKIPPED, "not among this worker's models")
-        if host.settings.model_control_mode != control.MODE_EXPLICIT:  # a gateway's mode differs
+        mode = host.settings.model_control_mode
+        if mode not in control.API_MODES:  # a gateway's mode differs
             return ack(host, control.ACK_ERROR, control.NOT_EXPLICIT)
+        if mode == control.MODE_ON_DEMAND:
+            return await on_demand_load.handle(host, self.residents, message)
         if message.action == control.LOAD:
             return await control_actions.load(host, message)
         if message.action == control.UNLOAD:

@@ -78,7 +78,8 @@ def ack(host: ModelHost, status: str, message: str = "", **kwargs: list[int]) ->
     return ControlAck(worker=host.id, status=status, message=message, **kwargs)
 
 
-async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
+async def load(host: ModelHost, message: ControlMessage, not_loaded: bool = False) -> ControlAck:
+    """``not_loaded``: an on_demand placement's load, indexed as not expected (it may end)."""
     name = message.model
     redis = host.redis
     try:
@@ -109,7 +110,7 @@ async def load(host: ModelHost, message: ControlMessage) -> ControlAck:
     except ConchError as exc:
         await control.write_index(redis, {name: IndexEntry(error=exc.message)})
         return ack(host, control.ACK_ERROR, exc.message)
-    await control.write_index(redis, {name: entry_for(model)})
+    await control.write_index(redis, {name: entry_for(model, not_loaded)})
     scan = None
     if is_ensemble(model.config):
         # As Triton does, an ensemble loads the models its steps use (with their own steps').

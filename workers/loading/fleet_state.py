@@ -1,4 +1,4 @@
-"""At start-up, the fleet's desired state applied to what the disk says (explicit mode).
+"""At start-up, the fleet's desired state applied to what the disk says (explicit and on_demand).
 
 A worker started after models were loaded or unloaded through the repository API loads what the
 fleet serves, not what its disk holds: a model unloaded everywhere stays unloaded, versions
@@ -6,6 +6,8 @@ unloaded one by one stay out, and a config override replaces config.pbtxt. In ex
 control mode it loads only the models ``workers.loading.start_set`` selects (LOAD_MODELS and what
 the API loaded); the others are in the index, marked not loaded. In the other modes (none, poll)
 the API's load and unload are refused, so there is no desired state to apply: every model loads.
+On_demand mode starts as explicit does (its start set: LOAD_MODELS, pinned, and what the API
+loaded); the placer loads the others where and when they are asked for.
 The worker also publishes what it found on disk (the repository index,
 ``workers.loading.repository_index``), errors included, before it loads anything: the gateways
 then know every model the mesh will serve.
@@ -54,7 +56,7 @@ async def apply_fleet_state(
     """The scan with the fleet's desired state applied (explicit mode); the repository index is
     published. A model that exists only through files a load sent (not on this worker's disk)
     is written into ``root`` first."""
-    if mode != control.MODE_EXPLICIT:
+    if mode not in control.API_MODES:  # none, poll: no desired state, every model loads
         await expected_models.write_index(redis, index_of(scan))
         return scan
     states = await control.read_states(redis)

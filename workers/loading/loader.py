@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from shared.runtime import clock
 from shared.storage.repository import RepositoryModel
 from shared.wire.errors import ConchError, ErrorCode
 from workers.backend import Backend, LoadSpec, ModelInstance
@@ -32,10 +36,33 @@ class LoadedVersion:
     load_seconds: float = 0.0
     # Set when a reload replaced this copy: its serving loops stop after their current batch.
     retired: bool = False
+    # Executions running now and when the last one ended (0: none yet): what on_demand eviction
+    # reads (``workers.loading.resident``) to spare busy models and pick the least recently used.
+    in_flight: int = 0
+    last_used_ms: int = 0
+    _count_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def name(self) -> str:
         return self.model.name
+
+    def executing(self, gauge: Any = None) -> Callable[[], None]:
+        """An execution starts: ``gauge`` (its in-flight gauge) and ``in_flight`` go up; the
+        callback returned ends it (on the pool's thread, hence the lock: several instances of
+        the version end executions at once) and stamps ``last_used_ms``."""
+        if gauge is not None:
+            gauge.inc()
+        with self._count_lock:
+            self.in_flight += 1
+
+        def done() -> None:
+            if gauge is not None:
+                gauge.dec()
+            with self._count_lock:
+                self.in_flight -= 1
+                self.last_used_ms = clock.now_ms()
+
+        return done
 
 
 def load_version(

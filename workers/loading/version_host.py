@@ -4,8 +4,8 @@ Starting a version (``start``) loads it, serves it and marks it ready only once 
 loaded and warmed up, so traffic never reaches a half-loaded version. Stopping one (``stop``)
 drains: the version is marked draining (gateways stop routing requests without a version to
 it), then unmarked ready (requests naming it get 503 at once), then its queued and in-flight
-batches finish before its instances unload. Fleet control (``workers.loading.control``) decides what
-to start and stop; this object is the only one that changes what the worker serves.
+batches finish before its instances unload. Fleet control (``workers.loading.control``) decides
+what to start and stop; this object alone changes what the worker serves.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from shared.fleet import change_feed, heartbeats, labels, model_registry, readiness, streams
+from shared.fleet.control import MODE_ON_DEMAND
 from shared.fleet.heartbeat_thread import HeartbeatThread
 from shared.runtime import clock
 from shared.storage.repositories import Repositories
@@ -30,6 +31,7 @@ from workers.backend import Backend, ModelInstance
 from workers.batches.lane import Lane
 from workers.loading.loader import LoadedVersion, VersionLoadError, load_version, unload_instances
 from workers.loading.placement import Devices
+from workers.loading.resident import Residents
 from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,7 @@ VersionKey = tuple[str, int]
 # The serving loop of one instance (``BatchLoop.serve``): version, instance, the version's lane.
 Serve = Callable[[LoadedVersion, ModelInstance, Lane], Coroutine[None, None, None]]
 # Waits until none of these instances executes a batch (``BatchProcessor.wait_idle``); returns
-# the instances still executing when ``timeout_s`` (None: no limit) ran out.
+# those still executing when ``timeout_s`` (None: no limit) ran out.
 WaitIdle = Callable[[list[ModelInstance], float | None], Awaitable[list[ModelInstance]]]
 
 
@@ -73,6 +75,7 @@ class VersionHost:
         # False once shutting down: heartbeats keep the worker registered (its batches stay its
         # own while it drains) but no longer mark any version ready.
         self.announcing = True
+        self.residents = Residents.of(settings)  # on_demand: what it holds, and its budget
         self.heartbeats = HeartbeatThread(
             settings.redis_url,
             "worker",
@@ -84,8 +87,7 @@ class VersionHost:
         )
 
     @property
-    def serving_tasks(self) -> list[asyncio.Task[None]]:
-        """Every loaded version's serving tasks (one per instance)."""
+    def serving_tasks(self) -> list[asyncio.Task[None]]:  # one per instance of each version
         return self._serving
 
     def info(self) -> dict[str, str]:
@@ -95,13 +97,15 @@ class VersionHost:
             "pid": str(os.getpid()),
             "health_port": str(self.settings.health_port),
             "models": ",".join(f"{m}:{v}" for m, v in list(self.loaded)),
+            "budget_bytes": str(self.residents.budget_bytes),
         }
 
     def _queue_ready(self, pipe: Any) -> None:
-        """The heartbeat thread's readiness marks (under its lock: see ``_leave``)."""
+        """Heartbeat thread: readiness marks (locked: ``_leave``), the placer's resident set."""
         if self.announcing:
             counts = {key: len(v.instances) for key, v in list(self.loaded.items())}
             readiness.queue_ready(pipe, self.id, counts, self.settings.heartbeat_ttl_ms)
+        self.residents.queue(pipe, self.id, self.loaded, self.settings.heartbeat_ttl_ms)
 
     async def _leave(self, key: VersionKey) -> LoadedVersion | None:
         """Stop announcing a version: no heartbeat computed before this lands after it."""
@@ -158,9 +162,7 @@ class VersionHost:
 
     async def start(self, model: RepositoryModel, versions: list[int]) -> list[LoadedVersion]:
         """Load the versions (all or nothing), serve them, mark them ready, route to them.
-
-        Raises ``VersionLoadError`` when one fails to load; none of them is served then.
-        """
+        Raises ``VersionLoadError`` when one fails to load; none of them is served then."""
         name = model.name
         loaded = await self._load_all(model, versions)
         for lv in loaded:
@@ -238,7 +240,8 @@ class VersionHost:
             pipe.incr(keys.policy_rev())
             await pipe.execute()
         await change_feed.announce(self.redis, change_feed.POLICY)
-        await asyncio.sleep(self.settings.drain_route_delay_s)
+        if self.settings.model_control_mode != MODE_ON_DEMAND:  # on_demand: a refused request
+            await asyncio.sleep(self.settings.drain_route_delay_s)  # waits as a miss (gateway)
         loaded = await self._leave(key)
         if loaded is None:
             return

@@ -3,8 +3,9 @@
 A model's load or unload is what the repository API's would be (``shared.fleet.control``): one
 control message that every worker acts on, the desired state kept for workers started later, and
 the call returns once every live worker answered (or raises ``TritonModelException`` with their
-errors). As in Triton, only in explicit model control mode (``CONCH_WORKER_MODEL_CONTROL_MODE``,
-which the model process inherits from its worker); other modes refuse with Triton's words.
+errors). As in Triton, only in explicit model control mode, and in Conch's on_demand mode, whose
+repository API works as explicit mode's (``CONCH_WORKER_MODEL_CONTROL_MODE``, which the model
+process inherits from its worker); other modes refuse with Triton's words.
 
 A model may not unload itself: its own worker would wait for the ``execute`` that is waiting for
 that worker.
@@ -28,10 +29,10 @@ TIMEOUT_S = 300.0
 
 
 def check_mode(mode: str, action: str, model: str) -> None:
-    if mode != control.MODE_EXPLICIT:
+    if mode not in control.API_MODES:
         raise unavailable(
             f"pb_utils.{action}_model('{model}'): {control.NOT_EXPLICIT} (the model control mode "
-            f"is '{mode}'; pb_utils model control needs 'explicit')"
+            f"is '{mode}'; pb_utils model control needs 'explicit' or 'on_demand')"
         )
 
 

@@ -21,6 +21,12 @@ def forget(model: str, version: int, instance: str) -> None:
     _export(model, version)
 
 
+def held(model: str, version: int) -> int:
+    """Sequences this worker's instances of the version hold now (on_demand eviction spares a
+    model holding any); read from the heartbeat thread, hence the copy."""
+    return sum(h for h, _ in list(_held.get((model, version), {}).values()))
+
+
 def _export(model: str, version: int) -> None:
     instances = _held.get((model, version), {})
     metrics.child(metrics.SEQUENCES_ACTIVE, model, version).set(

@@ -69,6 +69,14 @@ class SequenceServing:
     ) -> None:
         spec = sequence_spec(loaded.model.config)
         assert spec is not None
+
+        async def execute(instance: ModelInstance, requests: list[ModelRequest]) -> Execution:
+            done = loaded.executing()  # the version's own count and last use, for eviction
+            try:
+                return await self.execute(instance, requests)
+            finally:
+                done()
+
         holder = SequenceHolder(
             self._redis,
             self._settings,
@@ -77,7 +85,7 @@ class SequenceServing:
             instance,
             loaded.instances.index(instance),
             spec,
-            self.execute,
+            execute,
             self._heard,
         )
         log.info(
