@@ -64,6 +64,7 @@ class SchedulerService:
         self._streams: dict[bytes, tuple[str, int]] = {}
         self._rev = -1
         self._configs: dict[str, ModelConfig] = {}
+        self._versions: dict[str, dict[int, int]] = {}  # model -> version -> live instances
         self._changed = asyncio.Event()
         # (model, version) -> when its version was first seen gone (monotonic s).
         self._absent: dict[tuple[str, int], float] = {}
@@ -88,6 +89,7 @@ class SchedulerService:
             s.redis_url, s.refresh_interval_ms / 1000, name="conch-scheduler-changes"
         )
         self.feed.on(change_feed.MODELS, self._refresh_once)
+        self.feed.on_names(change_feed.MODELS, self._refresh)
         # on_demand: this scheduler may be the placer (one at a time, by lease).
         self.placer: Placer | None = None
         if s.model_control_mode == control.MODE_ON_DEMAND:
@@ -95,8 +97,7 @@ class SchedulerService:
             self.feed.on(change_feed.DEMAND, self.placer.on_demand_notice)
 
     def _heartbeat_info(self) -> dict[str, str]:
-        """The heartbeat's info (called on the heartbeat thread); on_demand: with the requests
-        waiting per model, which the placer sums over the live schedulers to add copies."""
+        """Heartbeat thread's info; on_demand: requests waiting per model (the placer's copies)."""
         info = {"pid": str(os.getpid()), "health_port": str(self.settings.health_port)}
         if self.placer is not None:
             info[fleet_view.BACKLOG_FIELD] = fleet_view.backlog_info(self.queues)
@@ -114,7 +115,7 @@ class SchedulerService:
         self.heartbeat.start()
         loops = [
             metrics.redis_rtt_probe(self.redis, "scheduler"),
-            self._refresh_loop(),
+            self.feed.run(),
             self.intake.run(),
             self._reclaim_loop(),
             self._done_loop(),
@@ -137,20 +138,24 @@ class SchedulerService:
             finally:
                 await self.redis.aclose()
 
-    async def _refresh_loop(self) -> None:
-        await self.feed.run()
-
     async def _refresh_once(self) -> None:
         await self._refresh()
         self.ready.set()
         if self._absent:  # a version gone from the fleet is retired after a delay: look again
             self.feed.kick_after(self.settings.retire_after_ms / 1000, change_feed.MODELS)
 
-    async def _refresh(self) -> None:
-        rev = int(await self.redis.get(keys.models_rev()) or 0)
-        if rev != self._rev:
-            self._rev, self._configs = await model_registry.read_models(self.redis)
-        versions = await readiness.ready_versions(self.redis, list(self._configs))
+    async def _refresh(self, names: set[str] | None = None) -> None:
+        """Every model, or (``names``: a notice named them) only those, and the ensembles."""
+        if names is None:
+            rev = int(await self.redis.get(keys.models_rev()) or 0)
+            if rev != self._rev:
+                self._rev, self._configs = await model_registry.read_models(self.redis)
+            self._versions = await readiness.ready_versions(self.redis, list(self._configs))
+        else:
+            self._configs.update(await model_registry.read_configs(self.redis, sorted(names)))
+            named = [name for name in sorted(names) if name in self._configs]
+            self._versions.update(await readiness.ready_versions(self.redis, named))
+        versions = self._versions
         await self.ensembles.observe(self._configs, versions)
         for model, config in self._configs.items():
             if is_ensemble(config):  # run here, ready while their composing models are
@@ -158,12 +163,14 @@ class SchedulerService:
                     await self._add_queue(config, version, self.ensembles.runner(config, version))
                 await self.ensembles.mark(config, versions.get(model, {}))
                 continue
+            if names is not None and model not in names:
+                continue
             for version, instances in versions.get(model, {}).items():
                 metrics.child(metrics.READY_INSTANCES, model, version).set(instances)
                 if config.sequence_batching is None:  # sequences are queued by their holders
                     await self._ensure_queue(config, version, instances)
-        served = {(m, v) for m, found in versions.items() for v in found}
-        await self._retire_unserved(served)
+        if names is None:  # retired on full re-reads only: a version set is never partly read
+            await self._retire_unserved({(m, v) for m, found in versions.items() for v in found})
 
     async def _retire_unserved(self, served: set[tuple[str, int]]) -> None:
         """Queues of versions gone from the fleet (unloaded: no longer in the model's version

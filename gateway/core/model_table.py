@@ -71,6 +71,23 @@ class ModelTable:
         for listener in self._listeners:
             listener()
 
+    async def refresh_models(self, names: set[str]) -> None:
+        """Re-read only these models (a notice named them: a version newly ready or unmarked, a
+        configuration published). The rest of the view stays; the full re-read on the feed's
+        safety poll catches anything a lost notice hid."""
+        if not self.loaded.is_set():
+            return await self.refresh()  # nothing to update yet
+        wanted = sorted(names)
+        self.configs.update(await model_registry.read_configs(self._redis, wanted))
+        known = [name for name in wanted if name in self.configs]
+        versions, stale_at = await readiness.live_view(self._redis, known)
+        self._versions.update(versions)
+        self._stale_at = min(self._stale_at, stale_at)
+        ready = {m for m, known in self._versions.items() if any(n > 0 for n in known.values())}
+        self.not_ready = expected_models.not_ready(self.expected, ready)
+        for listener in self._listeners:
+            listener()
+
     @property
     def versions(self) -> dict[str, dict[int, int]]:
         """model -> version -> live instances, as last read. Once a worker counted here may have

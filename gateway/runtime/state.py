@@ -114,6 +114,7 @@ class GatewayState:
         )
         self.repository.cache = self.dataplane.cache
         self.feed.on(change_feed.MODELS, self.table.refresh)
+        self.feed.on_names(change_feed.MODELS, self.table.refresh_models)
         self.feed.on(change_feed.TENANTS, self.refresh_tenants)
         self.feed.on(change_feed.POLICY, self.refresh_traffic)
         if tracing.ENABLED:  # settings to follow only while this process traces

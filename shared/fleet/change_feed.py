@@ -38,6 +38,16 @@ TOPICS = (MODELS, POLICY, TENANTS, TRACE, DEMAND)
 
 # After a failed refresh: try again this soon (Redis coming back), not at the next safety poll.
 RETRY_S = 0.5
+# A notice may name what changed in a topic: ``models@m0634``. A process that can re-read one
+# model (``ChangeFeed.on_names``) re-reads just it; any other takes it as its topic's notice.
+# A fleet of thousands of models loads and unloads many times a second (on_demand mode): a
+# re-read of every model at each would cost every gateway and scheduler O(models) per load.
+NAMED = "@"
+
+
+def named(topic: str, name: str) -> str:
+    """The notice that ``name`` changed within ``topic``."""
+    return f"{topic}{NAMED}{name}"
 
 
 def channel() -> str:
@@ -59,6 +69,7 @@ async def announce(r: Any, *topics: str) -> None:
 
 
 Refresh = Callable[[], Awaitable[object]]
+RefreshNames = Callable[[set[str]], Awaitable[object]]
 
 
 class ChangeFeed:
@@ -70,6 +81,9 @@ class ChangeFeed:
         self._name = name
         self._refreshers: dict[str, list[Refresh]] = {}
         self._pending: set[str] = set()
+        # topic -> re-read of the named things only; topic -> names noticed since the last one.
+        self._name_refreshers: dict[str, RefreshNames] = {}
+        self._names: dict[str, set[str]] = {}
         self._wake = asyncio.Event()
         self.subscribed = asyncio.Event()
         self.notices = 0  # notices received (tests and metrics read it)
@@ -79,6 +93,12 @@ class ChangeFeed:
         """Run ``refresh`` when ``topic`` changes, on every (re)subscription and every poll."""
         self._refreshers.setdefault(topic, []).append(refresh)
         self._pending.add(topic)
+
+    def on_names(self, topic: str, refresh: RefreshNames) -> None:
+        """Run ``refresh(names)`` for notices that name what changed in ``topic`` (a topic
+        also registered with ``on``: a notice without names, a (re)subscription and the poll
+        still re-read everything)."""
+        self._name_refreshers[topic] = refresh
 
     def kick(self, *topics: str) -> None:
         """Refresh these topics soon, without waiting for a notice (a local hint)."""
@@ -115,13 +135,15 @@ class ChangeFeed:
                 self._pending.update(self._refreshers)
                 next_poll = self._next_poll(loop)
             due, self._pending = self._pending, set()
+            names = {t: n for t, n in self._names.items() if t not in due}  # a full one covers
+            self._names = {}
             self._wake.clear()
-            failed = await self._refresh(due)
+            failed = await self._refresh(due) | await self._refresh_names(names)
             wait_s = next_poll - loop.time()
             if failed:
                 self._pending |= failed
                 wait_s = min(wait_s, RETRY_S)
-            if self._pending:
+            if self._pending or self._names:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(wait_s, 0.0))
@@ -140,6 +162,19 @@ class ChangeFeed:
         results = await asyncio.gather(*(self._refresh_topic(topic) for topic in topics))
         return {topic for topic, ok in zip(topics, results, strict=True) if not ok}
 
+    async def _refresh_names(self, names: dict[str, set[str]]) -> set[str]:
+        """The named re-reads; a failed one becomes its topic's full re-read."""
+        failed: set[str] = set()
+        for topic, which in names.items():
+            try:
+                await self._name_refreshers[topic](which)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                failed.add(topic)
+                log.exception("refresh failed", extra={"what": topic, "names": sorted(which)})
+        return failed
+
     async def _refresh_topic(self, topic: str) -> bool:
         ok = True
         for refresh in self._refreshers.get(topic, []):
@@ -151,6 +186,20 @@ class ChangeFeed:
                 ok = False
                 log.exception("refresh failed", extra={"what": topic})
         return ok
+
+    def _notice(self, text: str) -> None:
+        topics: list[str] = []
+        for token in text.split(","):
+            topic, _, name = token.partition(NAMED)
+            if topic not in self._refreshers:
+                continue
+            if name and topic in self._name_refreshers:
+                self._names.setdefault(topic, set()).add(name)
+                self._wake.set()
+            else:
+                topics.append(topic)
+        if topics:
+            self.kick(*topics)
 
     async def _listen(self) -> None:
         while True:
@@ -165,9 +214,7 @@ class ChangeFeed:
                     self.notices += 1
                     data = message.get("data") or b""
                     text = data.decode() if isinstance(data, bytes) else str(data)
-                    topics = [t for t in text.split(",") if t in self._refreshers]
-                    if topics:
-                        self.kick(*topics)
+                    self._notice(text)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -29,7 +29,7 @@ async def publish_model(r: aioredis.Redis, config: ModelConfig) -> None:
         pipe.hset(keys.models(), config.name, payload)
         pipe.incr(keys.models_rev())
         await pipe.execute()
-    await change_feed.announce(r, change_feed.MODELS)
+    await change_feed.announce(r, change_feed.named(change_feed.MODELS, config.name))
 
 
 async def ensure_published(r: aioredis.Redis, configs: list[ModelConfig]) -> bool:
@@ -68,6 +68,25 @@ async def read_models(r: aioredis.Redis) -> tuple[int, dict[str, ModelConfig]]:
     _parsed.clear()  # only what the registry holds now: the cache never outgrows it
     _parsed.update(parsed)
     return int(rev or 0), configs
+
+
+async def read_configs(r: aioredis.Redis, names: list[str]) -> dict[str, ModelConfig]:
+    """The published configurations of these models (those published: a missing one is not
+    in the answer)."""
+    if not names:
+        return {}
+    raw = await r.hmget(keys.models(), names)
+    configs: dict[str, ModelConfig] = {}
+    for name, found in zip(names, raw, strict=True):
+        if found is None:
+            continue
+        payload = found.encode() if isinstance(found, str) else found
+        config = _parsed.get(payload)
+        if config is None:
+            config = model_config.from_json(_json.decode(payload), source=f"registry:{name!r}")
+            _parsed[payload] = config
+        configs[name] = config
+    return configs
 
 
 # Configuration bytes -> parsed (frozen) configuration, as of this process's last read.

@@ -51,7 +51,7 @@ def queue_ready(
             expiry,
             now,
             change_feed.channel(),
-            change_feed.MODELS,
+            change_feed.named(change_feed.MODELS, model),
         )
         pipe.hset(keys.instances(model, version), worker_id, count)
         if join_versions:
@@ -77,7 +77,8 @@ async def unmark_ready(r: aioredis.Redis, worker_id: str, versions: list[tuple[s
             pipe.zrem(keys.ready(model, version), worker_id)
             pipe.hdel(keys.instances(model, version), worker_id)
         await pipe.execute()
-    await change_feed.announce(r, change_feed.MODELS)
+    models = sorted({model for model, _ in versions})
+    await change_feed.announce(r, *(change_feed.named(change_feed.MODELS, m) for m in models))
 
 
 async def ready_versions(r: aioredis.Redis, models: list[str]) -> dict[str, dict[int, int]]:

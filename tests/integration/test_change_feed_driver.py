@@ -8,7 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from shared.fleet.change_feed import MODELS, POLICY, TENANTS, ChangeFeed
+import redis.asyncio as aioredis
+
+from shared.fleet.change_feed import MODELS, POLICY, TENANTS, ChangeFeed, announce
+from shared.fleet.change_feed import named as change_feed_named
+from tests.waiting import until
 
 
 async def test_every_topic_refreshes_at_once_and_one_topics_in_order(redis_url: str) -> None:
@@ -72,3 +76,43 @@ async def test_a_failed_topic_is_retried_before_the_next_poll(redis_url: str) ->
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_notice_that_names_a_model_re_reads_only_it(
+    redis_url: str, aredis: aioredis.Redis
+) -> None:
+    """A fleet of thousands of models: a load's notice must not cost a re-read of all."""
+    named = ChangeFeed(redis_url, safety_poll_s=60.0)
+    plain = ChangeFeed(redis_url, safety_poll_s=60.0)  # no re-read by name: a full one
+    full = {"named": 0, "plain": 0}
+    names: list[set[str]] = []
+
+    async def count(which: str) -> None:
+        full[which] += 1
+
+    async def by_name(which: set[str]) -> None:
+        names.append(which)
+
+    named.on(MODELS, lambda: count("named"))
+    named.on_names(MODELS, by_name)
+    plain.on(MODELS, lambda: count("plain"))
+    tasks = [asyncio.create_task(f.run()) for f in (named, plain)]
+    try:
+        async with asyncio.timeout(10):
+            await named.subscribed.wait()
+            await plain.subscribed.wait()
+            await asyncio.sleep(0.3)  # the start's and the subscription's full re-reads
+            before = dict(full)
+            await announce(aredis, change_feed_named(MODELS, "m0634"))
+            ok = await until(
+                lambda: names == [{"m0634"}] and full["plain"] == before["plain"] + 1, 5
+            )
+            assert ok, (names, full, before)
+            assert full["named"] == before["named"]
+            await announce(aredis, MODELS)  # a notice without a name: everything
+            after = {"named": before["named"] + 1, "plain": before["plain"] + 2}
+            assert await until(lambda: full == after, 5), (full, after)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
