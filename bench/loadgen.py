@@ -57,6 +57,18 @@ def build_request(host: str, port: int, model: str, inputs: list[str], batch: in
     return head.encode() + body
 
 
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, bool]:
+    """One HTTP/1.1 answer read whole: its status, and whether the server keeps the
+    connection open."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lower = head.lower()
+    at = lower.find(b"content-length:")
+    length = int(lower[at + 15 : lower.find(b"\r\n", at)]) if at >= 0 else 0
+    if length:
+        await reader.readexactly(length)
+    return int(head[9:12]), b"connection: close" not in lower
+
+
 async def _connection(
     host: str,
     port: int,
@@ -73,13 +85,7 @@ async def _connection(
         while (started := time.perf_counter()) < stop_at:
             for _ in range(repeat):  # a client calling the model ``repeat`` times in a row
                 writer.write(request)
-                head = await reader.readuntil(b"\r\n\r\n")
-                status = int(head[9:12])
-                lower = head.lower()
-                at = lower.find(b"content-length:")
-                length = int(lower[at + 15 : lower.find(b"\r\n", at)]) if at >= 0 else 0
-                if length:
-                    await reader.readexactly(length)
+                status, _ = await read_answer(reader)
                 if not 200 <= status < 300:
                     break
             if started >= record_from:

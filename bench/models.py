@@ -17,33 +17,44 @@ DIMS = (256, 8192, 2048, 16)
 NAMES = ("membound", "membound_nobatch")
 
 
-def _graph() -> tuple[Any, Any]:  # (the onnx module, imported here: optional; its model)
-    import onnx
+def mlp(name: str, weights: list[Any], producer: str = "") -> Any:
+    """An ONNX MLP over ``weights`` (MatMul, Relu between layers): INPUT0 [batch, in] ->
+    OUTPUT0 [batch, out], IR 8 / opset 17 as examples/make_models.py writes its models."""
     from onnx import TensorProto, helper, numpy_helper
 
-    rng = np.random.default_rng(SEED)
     nodes, inits, x = [], [], "INPUT0"
-    for i, (n_in, n_out) in enumerate(itertools.pairwise(DIMS)):
-        w = (rng.standard_normal((n_in, n_out), dtype=np.float32) / np.sqrt(n_in)).astype(
-            np.float32
-        )
-        inits.append(numpy_helper.from_array(w, f"W{i}"))
-        last = i == len(DIMS) - 2
+    for i, w in enumerate(weights):
+        inits.append(numpy_helper.from_array(np.asarray(w, np.float32), f"W{i}"))
+        last = i == len(weights) - 1
         out = "OUTPUT0" if last else f"M{i}"
         nodes.append(helper.make_node("MatMul", [x, f"W{i}"], [out]))
         if not last:
             nodes.append(helper.make_node("Relu", [out], [f"H{i}"]))
             x = f"H{i}"
+    first, final = weights[0].shape[0], weights[-1].shape[1]
     graph = helper.make_graph(
         nodes,
-        "membound",
-        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", DIMS[0]])],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", DIMS[-1]])],
+        name,
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", first])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", final])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)], producer_name=producer
+    )
     model.ir_version = 8
-    return onnx, model
+    return model
+
+
+def _graph() -> tuple[Any, Any]:  # (the onnx module, imported here: optional; its model)
+    import onnx
+
+    rng = np.random.default_rng(SEED)
+    weights = [
+        (rng.standard_normal((n_in, n_out), dtype=np.float32) / np.sqrt(n_in)).astype(np.float32)
+        for n_in, n_out in itertools.pairwise(DIMS)
+    ]
+    return onnx, mlp("membound", weights)
 
 
 def write(repo: Path) -> None:

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import numpy.typing as npt
 
+from bench.loadgen import read_answer
 from bench.many_models.report import SOCKET_ERROR, TIMEOUT
 from bench.many_models.repository import DIMS, INPUT, model_name
 from bench.many_models.zipf import ZipfSampler
@@ -87,14 +88,7 @@ async def _exchange(
 ) -> tuple[int, bool]:
     """One request and its answer: the status, and whether the server keeps the connection."""
     writer.write(data)
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head[9:12])
-    lower = head.lower()
-    at = lower.find(b"content-length:")
-    length = int(lower[at + 15 : lower.find(b"\r\n", at)]) if at >= 0 else 0
-    if length:
-        await reader.readexactly(length)
-    return status, b"connection: close" not in lower
+    return await read_answer(reader)
 
 
 async def _connection(plan: LoadPlan, parts: tuple[list[bytes], bytes], sampler: ZipfSampler,

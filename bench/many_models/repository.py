@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+
+from bench.models import mlp
 
 SEED = 20261128
 DIMS = (64, 256, 256, 16)  # 86,016 FP32 weights: 344 KB per model file
@@ -45,29 +46,8 @@ def config_pbtxt(name: str, queue_delay_us: int) -> str:
 
 def _template() -> onnx.ModelProto:
     """The MLP (MatMul + Relu layers) with zero weights."""
-    nodes, inits, x = [], [], INPUT
-    shapes = list(itertools.pairwise(DIMS))
-    for i, (n_in, n_out) in enumerate(shapes):
-        inits.append(numpy_helper.from_array(np.zeros((n_in, n_out), np.float32), f"W{i}"))
-        last = i == len(shapes) - 1
-        out = OUTPUT if last else f"M{i}"
-        nodes.append(helper.make_node("MatMul", [x, f"W{i}"], [out]))
-        if not last:
-            nodes.append(helper.make_node("Relu", [out], [f"H{i}"]))
-            x = f"H{i}"
-    graph = helper.make_graph(
-        nodes,
-        "many_models_mlp",
-        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, ["batch", DIMS[0]])],
-        [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, ["batch", DIMS[-1]])],
-        inits,
-    )
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", 17)],
-        producer_name="conch/bench/many_models",
-    )
-    model.ir_version = 8
+    zeros = [np.zeros((n_in, n_out), np.float32) for n_in, n_out in itertools.pairwise(DIMS)]
+    model: onnx.ModelProto = mlp("many_models_mlp", zeros, "conch/bench/many_models")
     return model
 
 
