@@ -168,9 +168,10 @@ def server_loads(root: int) -> float | None:
                     if status != 200:
                         continue
                     for line in body.decode(errors="replace").splitlines():
+                        if line.startswith("# HELP conch_model_loads"):  # exported, maybe 0
+                            seen = True
                         if line.startswith("conch_model_loads_total"):
                             total += float(line.rsplit(" ", 1)[1])
-                            seen = True
     return total if seen else None
 
 
