@@ -15,8 +15,8 @@ At most one action per model per tick, in this order of concern:
 2. A demand without a placement: the model already ready (or held by a live worker) ends the
    demand; a load error recorded after the demand answers it; else a worker is chosen by
    :func:`shared.placement.choose_worker.plan` (memory fit first, then load). No live worker
-   serves the model's backend: a load error (the waiting requests get it rather than waiting
-   for their deadline). Workers serve it but none has room: the demand waits for the next tick.
+   serves the model's backend for ``NO_WORKER_GRACE_MS``: a load error (a stalled heartbeat is
+   not a missing backend). Workers serve it but none has room: the demand waits.
 3. Copies of every model held by a live worker: :func:`shared.placement.copies.wanted` says +1
    (a load on a worker without it) or -1 (an unload of the unpinned copy idle longest).
 
@@ -42,10 +42,9 @@ FAIL = "fail"  # record a load error for the model, then END
 DROP = "drop"  # remove the placement only: the demand waits for a worker with room
 WAIT = "wait"  # nothing to do now (logged): no room anywhere yet
 
-# A worker that publishes no budget (0) is not limited by one.
-UNLIMITED = 1 << 62
-# An ack's message that means "try another worker" (the worker could not make room).
-NO_ROOM = "no room"
+UNLIMITED = 1 << 62  # the budget of a worker that publishes none (0)
+NO_WORKER_GRACE_MS = 10_000  # a demand waits this long for a worker of its backend to be live
+NO_ROOM = "no room"  # an ack's message that means "try another worker" (no room there)
 
 
 @dataclass(frozen=True)
@@ -162,10 +161,11 @@ class _Tick:
     def add(self, action: Action) -> None:
         self.actions.append(action)
 
-    def place(self, model: str, reason: str, tried: tuple[str, ...], failed: str) -> Action:
-        """A LOAD on the best worker; FAIL when no live worker is left to try; WAIT (or DROP,
-        for a placement being moved) when some could, but none has room now. ``failed``: the
-        kind of a placement that has no worker left (FAIL for a demand, END for a copy)."""
+    def place(
+        self, model: str, reason: str, tried: tuple[str, ...], failed: str, absent: str = ""
+    ) -> Action:
+        """A LOAD on the best worker; ``failed`` (``absent`` where no live worker serves the
+        backend) when none is left to try; WAIT (DROP, when moving) when none has room now."""
         entry = self.fleet.index.get(model)
         if entry is None or entry.error or not entry.backend:
             known = entry.error if entry else f"model '{model}' is not in the repository index"
@@ -175,7 +175,7 @@ class _Tick:
         serving = [v.id for v in views if v.backends]
         if not serving:
             return Action(
-                failed,
+                absent or failed,
                 model,
                 tried=tried,
                 message=f"no live worker serves backend '{backend}' of model '{model}'; "
@@ -260,7 +260,8 @@ def _serve_demand(tick: _Tick, model: str, since: int) -> Action:
     error_ms = fleet.load_errors.get(model)
     if error_ms is not None and error_ms >= since:
         return Action(END, model, message="load failed")
-    action = tick.place(model, on_demand.LOAD_DEMAND, (), FAIL)
+    absent = WAIT if fleet.now_ms - since < NO_WORKER_GRACE_MS else FAIL  # a stall, maybe
+    action = tick.place(model, on_demand.LOAD_DEMAND, (), FAIL, absent)
     return replace(action, clear_error=error_ms is not None) if action.kind == LOAD else action
 
 
@@ -293,8 +294,6 @@ def _copies(tick: _Tick, model: str) -> Action | None:
             and fleet.resident[w][model].live_sequences == 0
         ]
         if victims:
-            worker = min(victims)[1]
-            return Action(
-                UNLOAD, model, worker, on_demand.UNLOAD_IDLE, message=f"idle {idle_ms} ms"
-            )
+            idle = f"idle {idle_ms} ms"
+            return Action(UNLOAD, model, min(victims)[1], on_demand.UNLOAD_IDLE, message=idle)
     return None

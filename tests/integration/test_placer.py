@@ -15,6 +15,7 @@ from scheduler.settings import SchedulerSettings
 from shared.fleet import change_feed, control, heartbeats, on_demand
 from shared.fleet.control import ControlAck, ControlMessage, IndexEntry
 from shared.fleet.on_demand import Resident
+from shared.placement import decide
 from shared.runtime import clock
 from shared.wire import keys
 
@@ -145,7 +146,12 @@ async def test_no_worker_of_the_backend_records_a_load_error(
     await worker(aredis, "w1")
     await index(aredis, t=("pytorch", MB))
     await on_demand.demand(aredis, "t")
-    await Placer(aredis, settings(redis_url), "s1").tick()
+    placer = Placer(aredis, settings(redis_url), "s1")
+    await placer.tick()
+    assert await aredis.hget(keys.load_errors(), "t") is None  # within the grace: it waits
+    old = clock.now_ms() - decide.NO_WORKER_GRACE_MS
+    await aredis.hset(keys.demand(), "t", old)
+    await placer.tick()
     error = json.loads(await aredis.hget(keys.load_errors(), "t") or b"{}")
     assert "pytorch" in error["message"] and "no live worker serves" in error["message"]
     assert await on_demand.read_demands(aredis) == {}

@@ -63,8 +63,11 @@ def test_python_worker_serves_a_python_based_backend() -> None:
     assert (action.kind, action.worker) == ("load", "py")
 
 
-def test_no_worker_of_the_backend_fails_naming_it() -> None:
-    state = fleet(demands={"m": NOW}, workers={"t": WorkerInfo("pytorch", 100 * MB)})
+def test_no_worker_of_the_backend_waits_a_grace_then_fails_naming_it() -> None:
+    workers = {"t": WorkerInfo("pytorch", 100 * MB)}
+    [waiting] = run(fleet(demands={"m": NOW}, workers=workers))  # a stalled heartbeat, maybe
+    assert waiting.kind == "wait"
+    state = fleet(demands={"m": NOW - decide.NO_WORKER_GRACE_MS}, workers=workers)
     [action] = run(state)
     assert action.kind == "fail"
     assert "onnxruntime" in action.message and "no live worker serves" in action.message
