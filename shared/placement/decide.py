@@ -246,10 +246,11 @@ def _follow(tick: _Tick, model: str, placement: Placement) -> Action | None:
             return Action(END, model, worker, placement.reason, message=ack.message)
     if worker in fleet.workers and model in fleet.resident.get(worker, {}):
         return Action(END, model, worker, placement.reason, message="held (answer not seen)")
-    if worker not in fleet.workers:
-        return tick.place(model, on_demand.LOAD_RETRY, tried, failed)
-    if fleet.now_ms - placement.started_ms > tick.policy.load_timeout_ms:
-        return tick.place(model, on_demand.LOAD_RETRY, tried, failed)
+    since = fleet.demands.get(model, placement.started_ms)  # no worker left: wait the grace
+    absent = DROP if fleet.now_ms - since < NO_WORKER_GRACE_MS else failed
+    late = fleet.now_ms - placement.started_ms > tick.policy.load_timeout_ms
+    if worker not in fleet.workers or late:
+        return tick.place(model, on_demand.LOAD_RETRY, tried, failed, absent)
     return None
 
 

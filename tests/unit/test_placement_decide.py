@@ -180,9 +180,10 @@ def test_slow_load_is_retried_after_the_timeout_only() -> None:
     assert (action.kind, action.worker, action.reason) == ("load", "w2", on_demand.LOAD_RETRY)
 
 
-def test_dead_worker_and_none_left_fails() -> None:
-    state = fleet(workers={}, placements=_placed())
-    assert run(state)[0].kind == "fail"
+def test_dead_worker_and_none_left_fails_after_the_grace() -> None:
+    assert run(fleet(workers={}, placements=_placed()))[0].kind == "drop"  # a stall, maybe
+    old = _placed(started_ms=NOW - decide.NO_WORKER_GRACE_MS)
+    assert run(fleet(workers={}, placements=old))[0].kind == "fail"
 
 
 def test_held_without_an_answer_ends() -> None:
@@ -288,3 +289,15 @@ def test_copy_is_not_placed_on_a_worker_unloading_the_model() -> None:
 def test_copy_of_a_model_missing_from_the_index_is_not_placed() -> None:
     resident = {"w1": {"x": held(capacity=1, in_flight=1)}}
     assert run(fleet(workers=TWO, resident=resident, backlog={"x": 9})) == []
+
+
+def test_a_load_whose_only_worker_stalled_waits_for_it_within_the_grace() -> None:
+    """The worker's heartbeat expired mid-load (a frozen process): no other worker serves the
+    backend, so the placement is dropped and the demand waits, rather than failing the load."""
+    placing = Placement(worker="gone", started_ms=NOW - 5_000)
+    workers = {"t": WorkerInfo("pytorch", 100 * MB)}
+    [dropped] = run(fleet(demands={"m": NOW - 5_000}, placements={"m": placing}, workers=workers))
+    assert dropped.kind == "drop"
+    old = NOW - decide.NO_WORKER_GRACE_MS
+    [failed] = run(fleet(demands={"m": old}, placements={"m": placing}, workers=workers))
+    assert failed.kind == "fail" and "no live worker serves" in failed.message
